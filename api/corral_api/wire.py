@@ -1,0 +1,101 @@
+"""The wire between the operator (or `corral run`) and the harness server. Normative shapes.
+
+Endpoints, relative to `http://<podIP>:8080`:
+
+    POST /agents/{agent}/{conversation}                 AdmitRequest  -> AdmitResponse
+    GET  /agents/{agent}/{conversation}/updates?offset=N&wait=S        -> UpdatesResponse
+    GET  /agents/{agent}/{conversation}/history                        -> UpdatesResponse
+    POST /agents/{agent}/{conversation}/abort           AbortRequest  -> AbortResponse
+    GET  /readyz                                                       -> 200 once serving
+
+Errors are 4xx/5xx with an `ErrorBody`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .kinds import AgentSpec, SettlementStatus, ThinkingLevel
+
+
+class WireModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class AdmitRequest(WireModel):
+    message: str = Field(min_length=1)
+    model: str | None = None
+    thinkingLevel: ThinkingLevel | None = None  # noqa: N815 - wire spelling
+    kept: bool = False
+    agent: AgentSpec | None = None
+    turn: int | None = Field(default=None, ge=0, description="Caller's turn number, for records.")
+
+
+class AdmitResponse(WireModel):
+    streamUrl: str  # noqa: N815
+    offset: int
+    submissionId: str  # noqa: N815
+
+
+class AbortRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    cause: str | None = None
+    submissionId: str | None = None  # noqa: N815
+
+
+class AbortResponse(WireModel):
+    aborted: bool
+
+
+class WireUsage(WireModel):
+    input: int = 0
+    output: int = 0
+    cacheRead: int = 0  # noqa: N815
+    cacheWrite: int = 0  # noqa: N815
+    cost: float = 0.0
+
+    def __add__(self, other: WireUsage) -> WireUsage:
+        return WireUsage(
+            input=self.input + other.input,
+            output=self.output + other.output,
+            cacheRead=self.cacheRead + other.cacheRead,
+            cacheWrite=self.cacheWrite + other.cacheWrite,
+            cost=round(self.cost + other.cost, 10),
+        )
+
+
+class WireError(WireModel):
+    type: str
+    message: str = ""
+
+
+class Event(BaseModel):
+    """One entry of a conversation's stream. `settled` events carry status/error/usage."""
+
+    model_config = ConfigDict(extra="allow")
+    offset: int
+    type: str
+    submissionId: str  # noqa: N815
+
+
+class SettledEvent(WireModel):
+    offset: int
+    type: Literal["settled"] = "settled"
+    submissionId: str  # noqa: N815
+    status: SettlementStatus
+    error: WireError | None = None
+    usage: WireUsage | None = None
+    text: str = Field(default="", description="The run's final assistant text.")
+
+
+class UpdatesResponse(WireModel):
+    events: list[dict[str, Any]]
+    offset: int
+
+
+class ErrorBody(WireModel):
+    error: str
+    reason: str
+    kept: bool | None = None
