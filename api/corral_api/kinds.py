@@ -7,7 +7,7 @@ Constraints that span fields are CEL rules, so the API server enforces them too.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -124,10 +124,8 @@ class EgressRule(ApiModel):
     """One destination the sandbox may reach."""
 
     cidr: str = Field(description="Destination CIDR, e.g. 10.0.0.0/8.", max_length=64)
-    ports: list[int] = Field(
-        default_factory=list,
-        description="TCP ports; empty means all ports.",
-        json_schema_extra={"items": {"minimum": 1, "maximum": 65535}},
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
+        default_factory=list, max_length=64, description="TCP ports; empty means all ports."
     )
 
 

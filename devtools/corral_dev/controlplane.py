@@ -1,0 +1,287 @@
+"""A real local Kubernetes control plane: etcd, kube-apiserver and kube-controller-manager.
+
+The binaries come from `hack/build-control-plane.sh` (pinned release, built from the Go module
+proxy, cached under ~/.cache/corral). Authentication is by client certificates signed by a CA
+made for this control plane, so a test can mint a kubeconfig for any user and groups; RBAC
+authorization and Pod Security Admission are on, as in a production cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+BUILD_SCRIPT = REPO_ROOT / "hack" / "build-control-plane.sh"
+SERVICE_CIDR = "10.96.0.0/16"
+API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
+
+
+class ControlPlaneError(Exception):
+    """The control plane could not be built or started."""
+
+
+def binaries() -> Path:
+    """Build (first time only) and return the directory holding the pinned binaries."""
+    done = subprocess.run(
+        ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise ControlPlaneError(f"building the control plane failed:\n{done.stderr[-4000:]}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise ControlPlaneError(f"openssl {' '.join(args)} failed: {done.stderr}")
+
+
+@dataclass
+class ControlPlane:
+    state_dir: Path
+    bin_dir: Path
+    server: str
+    ca_file: Path
+    kubeconfig: Path
+    sa_key: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ identities
+
+    def user_kubeconfig(self, username: str, groups: list[str] | None = None) -> Path:
+        """A kubeconfig for `username` in `groups`; it can do only what RBAC grants."""
+        pki = self.state_dir / "pki"
+        safe = "".join(c if c.isalnum() else "-" for c in username)
+        key, csr, crt = (pki / f"user-{safe}.{ext}" for ext in ("key", "csr", "crt"))
+        subject = "/CN=" + username.replace("/", r"\/")
+        for group in groups or []:
+            subject += "/O=" + group.replace("/", r"\/")
+        _openssl("genrsa", "-out", str(key), "2048", cwd=pki)
+        _openssl("req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr), cwd=pki)
+        _openssl(
+            "x509", "-req", "-in", str(csr), "-CA", "ca.crt", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", str(crt), "-days", "30", cwd=pki,
+        )
+        path = self.state_dir / f"kubeconfig-{safe}"
+        path.write_text(_kubeconfig(self.server, self.ca_file, crt, key, username))
+        path.chmod(0o600)
+        return path
+
+    # ------------------------------------------------------------------ commands
+
+    def kubectl(
+        self,
+        *args: str,
+        input: str | None = None,
+        check: bool = True,
+        kubeconfig: Path | None = None,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        cmd = [str(self.bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig or self.kubeconfig)]
+        done = subprocess.run(
+            [*cmd, *args], input=input, capture_output=True, text=True, timeout=timeout,
+            check=False,
+        )
+        if check and done.returncode != 0:
+            raise subprocess.CalledProcessError(
+                done.returncode, done.args, output=done.stdout, stderr=done.stderr
+            )
+        return done
+
+    def env(self) -> dict[str, str]:
+        """Environment for child processes that should talk to this control plane."""
+        path = f"{self.bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PATH": path}
+
+    def stop(self) -> None:
+        for name in ("kube-controller-manager", "kube-apiserver", "etcd"):
+            proc = self.processes.pop(name, None)
+            if proc is None or proc.poll() is not None:
+                continue
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _kubeconfig(server: str, ca: Path, crt: Path, key: Path, user: str) -> str:
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "corral", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "users": [{"name": user, "user": {"client-certificate": str(crt), "client-key": str(key)}}],
+        "contexts": [{"name": "corral", "context": {"cluster": "corral", "user": user}}],
+        "current-context": "corral",
+    }
+    return json.dumps(config, indent=2)
+
+
+def _make_pki(pki: Path) -> None:
+    pki.mkdir(parents=True, exist_ok=True)
+    _openssl("genrsa", "-out", "ca.key", "2048", cwd=pki)
+    _openssl(
+        "req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=corral-local-ca",
+        "-days", "30", "-out", "ca.crt", cwd=pki,
+    )
+    _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
+    _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+    # Serving certificate for 127.0.0.1 and the in-cluster names.
+    (pki / "serving.cnf").write_text(
+        "[req]\ndistinguished_name=dn\n[dn]\n[ext]\n"
+        "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,"
+        "DNS:kubernetes.default,DNS:kubernetes.default.svc,"
+        "DNS:kubernetes.default.svc.cluster.local\n"
+        "extendedKeyUsage=serverAuth\n"
+    )
+    _openssl("genrsa", "-out", "serving.key", "2048", cwd=pki)
+    _openssl(
+        "req", "-new", "-key", "serving.key", "-subj", "/CN=kube-apiserver",
+        "-out", "serving.csr", cwd=pki,
+    )
+    _openssl(
+        "x509", "-req", "-in", "serving.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
+        "-CAcreateserial", "-out", "serving.crt", "-days", "30",
+        "-extfile", "serving.cnf", "-extensions", "ext", cwd=pki,
+    )
+
+
+def _wait_ready(url: str, ca: Path, cert: Path, key: Path, proc: subprocess.Popen[bytes],
+                log: Path, timeout: float) -> None:
+    ctx = ssl.create_default_context(cafile=str(ca))
+    ctx.load_cert_chain(str(cert), str(key))
+    deadline = time.monotonic() + timeout
+    last = ""
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise ControlPlaneError(f"{url} exited early:\n{log.read_text()[-4000:]}")
+        try:
+            with urllib.request.urlopen(url, context=ctx, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
+            last = str(exc)
+        time.sleep(0.2)
+    raise ControlPlaneError(f"{url} not ready after {timeout}s ({last}):\n{log.read_text()[-4000:]}")
+
+
+def start(state_dir: Path, *, controller_manager: bool = True) -> ControlPlane:
+    """Start etcd, kube-apiserver and (optionally) kube-controller-manager under `state_dir`."""
+    bin_dir = binaries()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    pki = state_dir / "pki"
+    _make_pki(pki)
+    logs = state_dir / "logs"
+    logs.mkdir(exist_ok=True)
+
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def spawn(name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        out = (logs / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            [str(bin_dir / name), *args], stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        processes[name] = proc
+        return proc
+
+    etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+    etcd_url = f"http://127.0.0.1:{etcd_port}"
+    spawn("etcd", [
+        "--data-dir", str(state_dir / "etcd"),
+        "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
+        "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
+        "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
+        "--initial-cluster", f"default=http://127.0.0.1:{peer_port}",
+        "--unsafe-no-fsync", "--log-level", "warn",
+    ])
+    server = f"https://127.0.0.1:{api_port}"
+    api = spawn("kube-apiserver", [
+        "--etcd-servers", etcd_url,
+        "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
+        "--secure-port", str(api_port),
+        "--tls-cert-file", str(pki / "serving.crt"),
+        "--tls-private-key-file", str(pki / "serving.key"),
+        "--client-ca-file", str(pki / "ca.crt"),
+        "--service-cluster-ip-range", SERVICE_CIDR,
+        "--service-account-issuer", API_AUDIENCE,
+        "--service-account-key-file", str(pki / "sa.pub"),
+        "--service-account-signing-key-file", str(pki / "sa.key"),
+        "--api-audiences", API_AUDIENCE,
+        "--authorization-mode", "RBAC",
+        "--enable-admission-plugins", "NamespaceLifecycle,ServiceAccount,PodSecurity,"
+        "LimitRanger,ResourceQuota,DefaultTolerationSeconds,MutatingAdmissionWebhook,"
+        "ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,OwnerReferencesPermissionEnforcement",
+        "--allow-privileged=false",
+        "--v", "1",
+    ])
+
+    plane = ControlPlane(
+        state_dir=state_dir, bin_dir=bin_dir, server=server, ca_file=pki / "ca.crt",
+        kubeconfig=state_dir / "kubeconfig", sa_key=pki / "sa.key", processes=processes,
+    )
+    try:
+        admin = plane.user_kubeconfig("corral-admin", ["system:masters"])
+        shutil.copy(admin, plane.kubeconfig)
+        _wait_ready(
+            f"{server}/readyz", pki / "ca.crt", pki / "user-corral-admin.crt",
+            pki / "user-corral-admin.key", api, logs / "kube-apiserver.log", timeout=90,
+        )
+        if controller_manager:
+            kcm_config = plane.user_kubeconfig("system:kube-controller-manager")
+            spawn("kube-controller-manager", [
+                "--kubeconfig", str(kcm_config),
+                "--authentication-kubeconfig", str(kcm_config),
+                "--authorization-kubeconfig", str(kcm_config),
+                "--service-account-private-key-file", str(pki / "sa.key"),
+                "--root-ca-file", str(pki / "ca.crt"),
+                "--use-service-account-credentials=false",
+                "--leader-elect=false",
+                "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
+                "--controllers", "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,"
+                "-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,"
+                "-persistentvolume-expander,-ephemeral-volume,-pvc-protection,-pv-protection",
+                "--v", "1",
+            ])
+    except BaseException:
+        plane.stop()
+        raise
+    return plane
+
+
+def install_crds(plane: ControlPlane, crd_dir: Path = REPO_ROOT / "crds") -> None:
+    plane.kubectl("apply", "--server-side", "-f", str(crd_dir))
+    plane.kubectl(
+        "wait", "--for", "condition=Established", "--timeout", "60s", "crd", "-l",
+        "app.kubernetes.io/part-of=corral",
+    )
+
+
+def wait_for_default_service_account(plane: ControlPlane, namespace: str, timeout: float = 30) -> None:
+    """The ServiceAccount admission plugin refuses pods until the controller made `default`."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        done = plane.kubectl("get", "serviceaccount", "default", "-n", namespace, check=False)
+        if done.returncode == 0:
+            return
+        time.sleep(0.2)
+    raise ControlPlaneError(f"no default ServiceAccount in {namespace} after {timeout}s")
+

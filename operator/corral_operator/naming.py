@@ -1,0 +1,53 @@
+"""Names and labels of what the operator creates for a Session, in one place."""
+
+from __future__ import annotations
+
+LABEL_SESSION = "corral.dev/session"
+LABEL_AGENT = "corral.dev/agent"
+LABEL_PARENT = "corral.dev/parent"
+LABEL_EVIDENCE = "corral.dev/evidence"
+LABEL_GOAL = "corral.dev/goal"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "corral-operator"
+
+# Kubernetes object names are at most 253 characters, label values and pod hostnames 63: a
+# Session name is a DNS subdomain, so derived names are shortened with a stable hash suffix.
+_MAX_NAME = 63
+
+
+def _bounded(prefix: str, name: str, suffix: str = "") -> str:
+    import hashlib
+
+    full = f"{prefix}{name}{suffix}"
+    if len(full) <= _MAX_NAME:
+        return full
+    digest = hashlib.sha256(name.encode()).hexdigest()[:8]
+    room = _MAX_NAME - len(prefix) - len(suffix) - 9
+    return f"{prefix}{name[:room].rstrip('-.')}-{digest}{suffix}"
+
+
+def pod_name(session: str) -> str:
+    return _bounded("corral-", session)
+
+
+def wire_secret_name(session: str) -> str:
+    return _bounded("corral-", session, "-wire")
+
+
+def network_policy_name(session: str) -> str:
+    return _bounded("corral-", session)
+
+
+def evidence_pod_name(evidence: str) -> str:
+    return _bounded("corral-ev-", evidence)
+
+
+def session_branch(session: str) -> str:
+    """The branch the sandbox's checkout is made on."""
+    return f"corral/{session}"
+
+
+def label_value(value: str) -> str:
+    """A label value (at most 63 characters) that still identifies `value`."""
+    return _bounded("", value)

@@ -1,0 +1,48 @@
+"""Fixtures for tests against the real local control plane (etcd + kube-apiserver + KCM)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from corral_dev import controlplane
+
+_counter = itertools.count()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.cluster)
+
+
+@pytest.fixture(scope="session")
+def control_plane() -> Iterator[controlplane.ControlPlane]:
+    state = Path(tempfile.mkdtemp(prefix="corral-cp-"))
+    plane = controlplane.start(state)
+    try:
+        controlplane.install_crds(plane)
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture
+def namespace(control_plane: controlplane.ControlPlane) -> Iterator[str]:
+    """A fresh namespace where Pod Security `restricted` is enforced."""
+    name = f"t{os.getpid()}-{next(_counter)}"
+    control_plane.kubectl("create", "namespace", name)
+    control_plane.kubectl(
+        "label", "namespace", name,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+    )
+    controlplane.wait_for_default_service_account(control_plane, name)
+    yield name
+    control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
