@@ -7,6 +7,7 @@ from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+from pydantic.config import JsonDict
 
 GROUP = "corral.dev"
 VERSION = "v1alpha1"
@@ -28,12 +29,24 @@ class ApiModel(BaseModel):
         return self.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-def cel(rule: str, message: str, *, field_path: str | None = None) -> dict[str, str]:
+def cel(rule: str, message: str, *, field_path: str | None = None) -> JsonDict:
     """One `x-kubernetes-validations` entry."""
-    entry = {"rule": rule, "message": message}
+    entry: JsonDict = {"rule": rule, "message": message}
     if field_path:
         entry["fieldPath"] = field_path
     return entry
+
+
+def with_rules(*rules: JsonDict) -> ConfigDict:
+    """The base model config plus object-level CEL rules."""
+    return ConfigDict(
+        **ApiModel.model_config, json_schema_extra={"x-kubernetes-validations": list(rules)}
+    )
+
+
+def field_rules(*rules: JsonDict) -> JsonDict:
+    """`json_schema_extra` for a field with CEL rules."""
+    return {"x-kubernetes-validations": list(rules)}
 
 
 class Condition(ApiModel):
@@ -44,7 +57,8 @@ class Condition(ApiModel):
     reason: str = Field(default="", description="One CamelCase word a machine can match on.")
     message: str = Field(default="", description="What a person should know.")
     last_transition_time: str = Field(
-        description="When status last flipped (RFC 3339).", json_schema_extra={"format": "date-time"}
+        description="When status last flipped (RFC 3339).",
+        json_schema_extra={"format": "date-time"},
     )
     observed_generation: int = Field(
         default=0, ge=0, description="The metadata.generation this condition was computed from."

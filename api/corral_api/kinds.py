@@ -11,7 +11,17 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from ._base import AGE, ApiModel, Condition, KindInfo, PrinterColumn, Resource, cel
+from ._base import (
+    AGE,
+    ApiModel,
+    Condition,
+    KindInfo,
+    PrinterColumn,
+    Resource,
+    cel,
+    field_rules,
+    with_rules,
+)
 
 ThinkingLevel = Literal["low", "medium", "high"]
 LoopKind = Literal["auto", "reactive", "plan", "direct"]
@@ -150,9 +160,7 @@ class SecretKeyRef(ApiModel):
 class Credentials(ApiModel):
     """Secrets only the custodian container ever mounts."""
 
-    model_secret_ref: SecretKeyRef | None = Field(
-        default=None, description="The model API key."
-    )
+    model_secret_ref: SecretKeyRef | None = Field(default=None, description="The model API key.")
     git_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Git credentials for clone and push."
     )
@@ -181,24 +189,20 @@ class AgentSpec(ApiModel):
         default_factory=Credentials, description="Secrets for the custodian."
     )
 
-    model_config = ApiModel.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                cel(
-                    "!has(self.tools) || !has(self.tools.allow) || !has(self.tools.deny)"
-                    " || self.tools.allow.all(p, !(p in self.tools.deny))",
-                    "a tool pattern cannot be in both tools.allow and tools.deny",
-                    field_path=".tools",
-                ),
-                cel(
-                    "self.orchestrator || !has(self.limits) || !has(self.limits.maxDepth)"
-                    " || self.limits.maxDepth == 3",
-                    "limits.maxDepth only applies to orchestrators; set orchestrator: true",
-                    field_path=".limits.maxDepth",
-                ),
-            ]
-        }
-    }
+    model_config = with_rules(
+        cel(
+            "!has(self.tools) || !has(self.tools.allow) || !has(self.tools.deny)"
+            " || self.tools.allow.all(p, !(p in self.tools.deny))",
+            "a tool pattern cannot be in both tools.allow and tools.deny",
+            field_path=".tools",
+        ),
+        cel(
+            "self.orchestrator || !has(self.limits) || !has(self.limits.maxDepth)"
+            " || self.limits.maxDepth == 3",
+            "limits.maxDepth only applies to orchestrators; set orchestrator: true",
+            field_path=".limits.maxDepth",
+        ),
+    )
 
 
 class AgentStatus(ApiModel):
@@ -240,20 +244,18 @@ class Workspace(ApiModel):
         default=None,
         max_length=255,
         description="The one branch this session may push to.",
-        json_schema_extra={"x-kubernetes-validations": [cel(BRANCH_RULE, BRANCH_MESSAGE)]},
+        json_schema_extra=field_rules(cel(BRANCH_RULE, BRANCH_MESSAGE)),
     )
     granted_root: str = Field(
         default="/workspace",
         max_length=1024,
         description="The directory tree the agent's tools may touch.",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "self.startsWith('/') && !self.contains('/../') && !self.endsWith('/..')",
-                    "must be an absolute path without '..'",
-                )
-            ]
-        },
+        json_schema_extra=field_rules(
+            cel(
+                "self.startsWith('/') && !self.contains('/../') && !self.endsWith('/..')",
+                "must be an absolute path without '..'",
+            )
+        ),
     )
 
 
@@ -277,16 +279,12 @@ class EvaluationCriteria(ApiModel):
         default=None, min_length=1, description="Passes when it exits 0 in the workspace."
     )
 
-    model_config = ApiModel.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                cel(
-                    "has(self.substring) != has(self.command)",
-                    "set exactly one of substring or command",
-                )
-            ]
-        }
-    }
+    model_config = with_rules(
+        cel(
+            "has(self.substring) != has(self.command)",
+            "set exactly one of substring or command",
+        )
+    )
 
 
 class Evaluation(ApiModel):
@@ -319,22 +317,18 @@ class SessionSpec(ApiModel):
     )
     wake: Wake | None = Field(default=None, description="One-shot wake.")
 
-    model_config = ApiModel.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                cel(
-                    "!self.readOnly || !has(self.workspace.branch)",
-                    "a read-only session cannot have a branch to push to",
-                    field_path=".workspace.branch",
-                ),
-                cel(
-                    "self.agentRef == oldSelf.agentRef",
-                    "agentRef is immutable",
-                    field_path=".agentRef",
-                ),
-            ]
-        }
-    }
+    model_config = with_rules(
+        cel(
+            "!self.readOnly || !has(self.workspace.branch)",
+            "a read-only session cannot have a branch to push to",
+            field_path=".workspace.branch",
+        ),
+        cel(
+            "self.agentRef == oldSelf.agentRef",
+            "agentRef is immutable",
+            field_path=".agentRef",
+        ),
+    )
 
 
 class AdmissionLedger(ApiModel):
@@ -464,7 +458,7 @@ class EvidenceSpec(ApiModel):
     repo: str = Field(min_length=1, max_length=2048, description="Repository the check ran on.")
     revision: str = Field(
         description="Full commit SHA the verdict is bound to.",
-        json_schema_extra={"x-kubernetes-validations": [cel(SHA_RULE, SHA_MESSAGE)]},
+        json_schema_extra=field_rules(cel(SHA_RULE, SHA_MESSAGE)),
     )
     check: str = Field(
         min_length=1, max_length=63, pattern=DNS_LABEL, description="Check name, e.g. unit-tests."
@@ -472,11 +466,7 @@ class EvidenceSpec(ApiModel):
     command: str = Field(min_length=1, max_length=65536, description="Command run at the revision.")
     image: str | None = Field(default=None, description="Image the check runs in.")
 
-    model_config = ApiModel.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [cel("self == oldSelf", "Evidence spec is immutable")]
-        }
-    }
+    model_config = with_rules(cel("self == oldSelf", "Evidence spec is immutable"))
 
 
 class EvidenceStatus(ApiModel):
@@ -523,14 +513,12 @@ class ApprovalAction(ApiModel):
     )
     digest: str = Field(
         description="sha256 of tool name and canonical arguments; the decision binds to it.",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                cel(
-                    "self.matches('^sha256:[0-9a-f]{64}$')",
-                    "must be 'sha256:' followed by 64 lowercase hex digits",
-                )
-            ]
-        },
+        json_schema_extra=field_rules(
+            cel(
+                "self.matches('^sha256:[0-9a-f]{64}$')",
+                "must be 'sha256:' followed by 64 lowercase hex digits",
+            )
+        ),
     )
 
 
@@ -539,18 +527,14 @@ class ApprovalSpec(ApiModel):
     action: ApprovalAction = Field(description="The exact call awaiting a decision.")
     reason: str = Field(default="", max_length=4096, description="Why the harness asked.")
 
-    model_config = ApiModel.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                cel("self == oldSelf", "Approval spec is immutable"),
-                cel(
-                    "has(self.sessionRef.uid)",
-                    "sessionRef.uid is required so a decision binds to one session",
-                    field_path=".sessionRef.uid",
-                ),
-            ]
-        }
-    }
+    model_config = with_rules(
+        cel("self == oldSelf", "Approval spec is immutable"),
+        cel(
+            "has(self.sessionRef.uid)",
+            "sessionRef.uid is required so a decision binds to one session",
+            field_path=".sessionRef.uid",
+        ),
+    )
 
 
 class ApprovalStatus(ApiModel):
@@ -562,18 +546,14 @@ class ApprovalStatus(ApiModel):
     comment: str | None = Field(default=None, max_length=4096, description="Why.")
     conditions: list[Condition] = _conditions()
 
-    model_config = ApiModel.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                cel(
-                    "!has(oldSelf.decision) || oldSelf.decision == 'Pending'"
-                    " || self.decision == oldSelf.decision",
-                    "a decision is final",
-                    field_path=".decision",
-                ),
-            ]
-        }
-    }
+    model_config = with_rules(
+        cel(
+            "!has(oldSelf.decision) || oldSelf.decision == 'Pending'"
+            " || self.decision == oldSelf.decision",
+            "a decision is final",
+            field_path=".decision",
+        )
+    )
 
 
 class Approval(Resource):

@@ -27,22 +27,22 @@ class WireModel(BaseModel):
 class AdmitRequest(WireModel):
     message: str = Field(min_length=1)
     model: str | None = None
-    thinkingLevel: ThinkingLevel | None = None  # noqa: N815 - wire spelling
+    thinkingLevel: ThinkingLevel | None = None
     kept: bool = False
     agent: AgentSpec | None = None
     turn: int | None = Field(default=None, ge=0, description="Caller's turn number, for records.")
 
 
 class AdmitResponse(WireModel):
-    streamUrl: str  # noqa: N815
+    streamUrl: str
     offset: int
-    submissionId: str  # noqa: N815
+    submissionId: str
 
 
 class AbortRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
     cause: str | None = None
-    submissionId: str | None = None  # noqa: N815
+    submissionId: str | None = None
 
 
 class AbortResponse(WireModel):
@@ -52,8 +52,8 @@ class AbortResponse(WireModel):
 class WireUsage(WireModel):
     input: int = 0
     output: int = 0
-    cacheRead: int = 0  # noqa: N815
-    cacheWrite: int = 0  # noqa: N815
+    cacheRead: int = 0
+    cacheWrite: int = 0
     cost: float = 0.0
 
     def __add__(self, other: WireUsage) -> WireUsage:
@@ -77,13 +77,13 @@ class Event(BaseModel):
     model_config = ConfigDict(extra="allow")
     offset: int
     type: str
-    submissionId: str  # noqa: N815
+    submissionId: str
 
 
 class SettledEvent(WireModel):
     offset: int
     type: Literal["settled"] = "settled"
-    submissionId: str  # noqa: N815
+    submissionId: str
     status: SettlementStatus
     error: WireError | None = None
     usage: WireUsage | None = None

@@ -37,9 +37,18 @@ def up() -> int:
     pids = {name: proc.pid for name, proc in plane.processes.items()}
     node_log = (DEV_DIR / "state" / "logs" / "local-node.log").open("wb")
     node = subprocess.Popen(
-        [sys.executable, "-m", "corral_dev.localnode", "--kubeconfig", str(plane.kubeconfig),
-         "--workdir", str(DEV_DIR / "node")],
-        stdout=node_log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "corral_dev.localnode",
+            "--kubeconfig",
+            str(plane.kubeconfig),
+            "--workdir",
+            str(DEV_DIR / "node"),
+        ],
+        stdout=node_log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     pids["local-node"] = node.pid
     PIDS.write_text(json.dumps(pids))

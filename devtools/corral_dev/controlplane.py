@@ -33,9 +33,7 @@ class ControlPlaneError(Exception):
 
 def binaries() -> Path:
     """Build (first time only) and return the directory holding the pinned binaries."""
-    done = subprocess.run(
-        ["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False
-    )
+    done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise ControlPlaneError(f"building the control plane failed:\n{done.stderr[-4000:]}")
     return Path(done.stdout.strip().splitlines()[-1])
@@ -76,8 +74,20 @@ class ControlPlane:
         _openssl("genrsa", "-out", str(key), "2048", cwd=pki)
         _openssl("req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr), cwd=pki)
         _openssl(
-            "x509", "-req", "-in", str(csr), "-CA", "ca.crt", "-CAkey", "ca.key",
-            "-CAcreateserial", "-out", str(crt), "-days", "30", cwd=pki,
+            "x509",
+            "-req",
+            "-in",
+            str(csr),
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            str(crt),
+            "-days",
+            "30",
+            cwd=pki,
         )
         path = self.state_dir / f"kubeconfig-{safe}"
         path.write_text(_kubeconfig(self.server, self.ca_file, crt, key, username))
@@ -96,7 +106,11 @@ class ControlPlane:
     ) -> subprocess.CompletedProcess[str]:
         cmd = [str(self.bin_dir / "kubectl"), "--kubeconfig", str(kubeconfig or self.kubeconfig)]
         done = subprocess.run(
-            [*cmd, *args], input=input, capture_output=True, text=True, timeout=timeout,
+            [*cmd, *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
             check=False,
         )
         if check and done.returncode != 0:
@@ -127,7 +141,9 @@ def _kubeconfig(server: str, ca: Path, crt: Path, key: Path, user: str) -> str:
     config = {
         "apiVersion": "v1",
         "kind": "Config",
-        "clusters": [{"name": "corral", "cluster": {"server": server, "certificate-authority": str(ca)}}],
+        "clusters": [
+            {"name": "corral", "cluster": {"server": server, "certificate-authority": str(ca)}}
+        ],
         "users": [{"name": user, "user": {"client-certificate": str(crt), "client-key": str(key)}}],
         "contexts": [{"name": "corral", "context": {"cluster": "corral", "user": user}}],
         "current-context": "corral",
@@ -139,8 +155,18 @@ def _make_pki(pki: Path) -> None:
     pki.mkdir(parents=True, exist_ok=True)
     _openssl("genrsa", "-out", "ca.key", "2048", cwd=pki)
     _openssl(
-        "req", "-x509", "-new", "-key", "ca.key", "-subj", "/CN=corral-local-ca",
-        "-days", "30", "-out", "ca.crt", cwd=pki,
+        "req",
+        "-x509",
+        "-new",
+        "-key",
+        "ca.key",
+        "-subj",
+        "/CN=corral-local-ca",
+        "-days",
+        "30",
+        "-out",
+        "ca.crt",
+        cwd=pki,
     )
     _openssl("genrsa", "-out", "sa.key", "2048", cwd=pki)
     _openssl("rsa", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
@@ -154,18 +180,47 @@ def _make_pki(pki: Path) -> None:
     )
     _openssl("genrsa", "-out", "serving.key", "2048", cwd=pki)
     _openssl(
-        "req", "-new", "-key", "serving.key", "-subj", "/CN=kube-apiserver",
-        "-out", "serving.csr", cwd=pki,
+        "req",
+        "-new",
+        "-key",
+        "serving.key",
+        "-subj",
+        "/CN=kube-apiserver",
+        "-out",
+        "serving.csr",
+        cwd=pki,
     )
     _openssl(
-        "x509", "-req", "-in", "serving.csr", "-CA", "ca.crt", "-CAkey", "ca.key",
-        "-CAcreateserial", "-out", "serving.crt", "-days", "30",
-        "-extfile", "serving.cnf", "-extensions", "ext", cwd=pki,
+        "x509",
+        "-req",
+        "-in",
+        "serving.csr",
+        "-CA",
+        "ca.crt",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "serving.crt",
+        "-days",
+        "30",
+        "-extfile",
+        "serving.cnf",
+        "-extensions",
+        "ext",
+        cwd=pki,
     )
 
 
-def _wait_ready(url: str, ca: Path, cert: Path, key: Path, proc: subprocess.Popen[bytes],
-                log: Path, timeout: float) -> None:
+def _wait_ready(
+    url: str,
+    ca: Path,
+    cert: Path,
+    key: Path,
+    proc: subprocess.Popen[bytes],
+    log: Path,
+    timeout: float,
+) -> None:
     ctx = ssl.create_default_context(cafile=str(ca))
     ctx.load_cert_chain(str(cert), str(key))
     deadline = time.monotonic() + timeout
@@ -180,7 +235,9 @@ def _wait_ready(url: str, ca: Path, cert: Path, key: Path, proc: subprocess.Pope
         except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
             last = str(exc)
         time.sleep(0.2)
-    raise ControlPlaneError(f"{url} not ready after {timeout}s ({last}):\n{log.read_text()[-4000:]}")
+    raise ControlPlaneError(
+        f"{url} not ready after {timeout}s ({last}):\n{log.read_text()[-4000:]}"
+    )
 
 
 def start(state_dir: Path, *, controller_manager: bool = True) -> ControlPlane:
@@ -197,7 +254,9 @@ def start(state_dir: Path, *, controller_manager: bool = True) -> ControlPlane:
     def spawn(name: str, args: list[str]) -> subprocess.Popen[bytes]:
         out = (logs / f"{name}.log").open("wb")
         proc = subprocess.Popen(
-            [str(bin_dir / name), *args], stdout=out, stderr=subprocess.STDOUT,
+            [str(bin_dir / name), *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         processes[name] = proc
@@ -205,62 +264,116 @@ def start(state_dir: Path, *, controller_manager: bool = True) -> ControlPlane:
 
     etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
     etcd_url = f"http://127.0.0.1:{etcd_port}"
-    spawn("etcd", [
-        "--data-dir", str(state_dir / "etcd"),
-        "--listen-client-urls", etcd_url, "--advertise-client-urls", etcd_url,
-        "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
-        "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
-        "--initial-cluster", f"default=http://127.0.0.1:{peer_port}",
-        "--unsafe-no-fsync", "--log-level", "warn",
-    ])
+    spawn(
+        "etcd",
+        [
+            "--data-dir",
+            str(state_dir / "etcd"),
+            "--listen-client-urls",
+            etcd_url,
+            "--advertise-client-urls",
+            etcd_url,
+            "--listen-peer-urls",
+            f"http://127.0.0.1:{peer_port}",
+            "--initial-advertise-peer-urls",
+            f"http://127.0.0.1:{peer_port}",
+            "--initial-cluster",
+            f"default=http://127.0.0.1:{peer_port}",
+            "--unsafe-no-fsync",
+            "--log-level",
+            "warn",
+        ],
+    )
     server = f"https://127.0.0.1:{api_port}"
-    api = spawn("kube-apiserver", [
-        "--etcd-servers", etcd_url,
-        "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1",
-        "--secure-port", str(api_port),
-        "--tls-cert-file", str(pki / "serving.crt"),
-        "--tls-private-key-file", str(pki / "serving.key"),
-        "--client-ca-file", str(pki / "ca.crt"),
-        "--service-cluster-ip-range", SERVICE_CIDR,
-        "--service-account-issuer", API_AUDIENCE,
-        "--service-account-key-file", str(pki / "sa.pub"),
-        "--service-account-signing-key-file", str(pki / "sa.key"),
-        "--api-audiences", API_AUDIENCE,
-        "--authorization-mode", "RBAC",
-        "--enable-admission-plugins", "NamespaceLifecycle,ServiceAccount,PodSecurity,"
-        "LimitRanger,ResourceQuota,DefaultTolerationSeconds,MutatingAdmissionWebhook,"
-        "ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,OwnerReferencesPermissionEnforcement",
-        "--allow-privileged=false",
-        "--v", "1",
-    ])
+    api = spawn(
+        "kube-apiserver",
+        [
+            "--etcd-servers",
+            etcd_url,
+            "--bind-address",
+            "127.0.0.1",
+            "--advertise-address",
+            "127.0.0.1",
+            "--secure-port",
+            str(api_port),
+            "--tls-cert-file",
+            str(pki / "serving.crt"),
+            "--tls-private-key-file",
+            str(pki / "serving.key"),
+            "--client-ca-file",
+            str(pki / "ca.crt"),
+            "--service-cluster-ip-range",
+            SERVICE_CIDR,
+            "--service-account-issuer",
+            API_AUDIENCE,
+            "--service-account-key-file",
+            str(pki / "sa.pub"),
+            "--service-account-signing-key-file",
+            str(pki / "sa.key"),
+            "--api-audiences",
+            API_AUDIENCE,
+            "--authorization-mode",
+            "RBAC",
+            "--enable-admission-plugins",
+            "NamespaceLifecycle,ServiceAccount,PodSecurity,"
+            "LimitRanger,ResourceQuota,DefaultTolerationSeconds,MutatingAdmissionWebhook,"
+            "ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,OwnerReferencesPermissionEnforcement",
+            "--allow-privileged=false",
+            "--v",
+            "1",
+        ],
+    )
 
     plane = ControlPlane(
-        state_dir=state_dir, bin_dir=bin_dir, server=server, ca_file=pki / "ca.crt",
-        kubeconfig=state_dir / "kubeconfig", sa_key=pki / "sa.key", processes=processes,
+        state_dir=state_dir,
+        bin_dir=bin_dir,
+        server=server,
+        ca_file=pki / "ca.crt",
+        kubeconfig=state_dir / "kubeconfig",
+        sa_key=pki / "sa.key",
+        processes=processes,
     )
     try:
         admin = plane.user_kubeconfig("corral-admin", ["system:masters"])
         shutil.copy(admin, plane.kubeconfig)
         _wait_ready(
-            f"{server}/readyz", pki / "ca.crt", pki / "user-corral-admin.crt",
-            pki / "user-corral-admin.key", api, logs / "kube-apiserver.log", timeout=90,
+            f"{server}/readyz",
+            pki / "ca.crt",
+            pki / "user-corral-admin.crt",
+            pki / "user-corral-admin.key",
+            api,
+            logs / "kube-apiserver.log",
+            timeout=90,
         )
         if controller_manager:
             kcm_config = plane.user_kubeconfig("system:kube-controller-manager")
-            spawn("kube-controller-manager", [
-                "--kubeconfig", str(kcm_config),
-                "--authentication-kubeconfig", str(kcm_config),
-                "--authorization-kubeconfig", str(kcm_config),
-                "--service-account-private-key-file", str(pki / "sa.key"),
-                "--root-ca-file", str(pki / "ca.crt"),
-                "--use-service-account-credentials=false",
-                "--leader-elect=false",
-                "--bind-address", "127.0.0.1", "--secure-port", str(free_port()),
-                "--controllers", "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,"
-                "-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,"
-                "-persistentvolume-expander,-ephemeral-volume,-pvc-protection,-pv-protection",
-                "--v", "1",
-            ])
+            spawn(
+                "kube-controller-manager",
+                [
+                    "--kubeconfig",
+                    str(kcm_config),
+                    "--authentication-kubeconfig",
+                    str(kcm_config),
+                    "--authorization-kubeconfig",
+                    str(kcm_config),
+                    "--service-account-private-key-file",
+                    str(pki / "sa.key"),
+                    "--root-ca-file",
+                    str(pki / "ca.crt"),
+                    "--use-service-account-credentials=false",
+                    "--leader-elect=false",
+                    "--bind-address",
+                    "127.0.0.1",
+                    "--secure-port",
+                    str(free_port()),
+                    "--controllers",
+                    "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,"
+                    "-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,"
+                    "-persistentvolume-expander,-ephemeral-volume,-pvc-protection,-pv-protection",
+                    "--v",
+                    "1",
+                ],
+            )
     except BaseException:
         plane.stop()
         raise
@@ -270,12 +383,20 @@ def start(state_dir: Path, *, controller_manager: bool = True) -> ControlPlane:
 def install_crds(plane: ControlPlane, crd_dir: Path = REPO_ROOT / "crds") -> None:
     plane.kubectl("apply", "--server-side", "-f", str(crd_dir))
     plane.kubectl(
-        "wait", "--for", "condition=Established", "--timeout", "60s", "crd", "-l",
+        "wait",
+        "--for",
+        "condition=Established",
+        "--timeout",
+        "60s",
+        "crd",
+        "-l",
         "app.kubernetes.io/part-of=corral",
     )
 
 
-def wait_for_default_service_account(plane: ControlPlane, namespace: str, timeout: float = 30) -> None:
+def wait_for_default_service_account(
+    plane: ControlPlane, namespace: str, timeout: float = 30
+) -> None:
     """The ServiceAccount admission plugin refuses pods until the controller made `default`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -284,4 +405,3 @@ def wait_for_default_service_account(plane: ControlPlane, namespace: str, timeou
             return
         time.sleep(0.2)
     raise ControlPlaneError(f"no default ServiceAccount in {namespace} after {timeout}s")
-

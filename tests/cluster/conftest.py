@@ -39,7 +39,9 @@ def namespace(control_plane: controlplane.ControlPlane) -> Iterator[str]:
     name = f"t{os.getpid()}-{next(_counter)}"
     control_plane.kubectl("create", "namespace", name)
     control_plane.kubectl(
-        "label", "namespace", name,
+        "label",
+        "namespace",
+        name,
         "pod-security.kubernetes.io/enforce=restricted",
         "pod-security.kubernetes.io/enforce-version=latest",
     )

@@ -1,0 +1,57 @@
+# Corral. `make help` lists the targets; every target sets itself up (venv, install, binaries).
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SRC := api operator harness_image cli devtools
+
+help: ## List the targets
+	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	@touch $@
+
+venv: $(STAMP) ## Create .venv and install Corral with its dev tools
+
+control-plane: ## Build the pinned kube-apiserver, etcd, KCM, kubectl, helm (cached in ~/.cache/corral)
+	bash hack/build-control-plane.sh
+
+crds: $(STAMP) ## Regenerate crds/ and the chart's copy from the API models
+	$(BIN)/python -m corral_api.crdgen crds charts/corral/crds
+
+crds-check: $(STAMP) ## Fail if the generated CRDs differ from the models
+	$(BIN)/python -m corral_api.crdgen crds charts/corral/crds --check
+
+lint: $(STAMP) ## ruff, mypy --strict and import-linter
+	$(BIN)/ruff check $(SRC) tests bench
+	$(BIN)/mypy $(SRC)
+	$(BIN)/lint-imports
+
+test: $(STAMP) lint crds-check control-plane ## Everything CI runs: lint, drift check, unit, wire and cluster tests
+	$(BIN)/pytest -q -p no:cacheprovider
+
+test-unit: $(STAMP) ## Unit tests only (no processes, no cluster)
+	$(BIN)/pytest -q -p no:cacheprovider tests/unit
+
+bench: $(STAMP) control-plane ## Benchmarks: harness step overhead, cold start, context, operator
+	@for b in bench/*_bench.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+
+demo: $(STAMP) ## Run the demo session on this machine: no cluster, no network, no key needed
+	$(BIN)/python -m corral_cli.demo
+
+dev-cluster: $(STAMP) control-plane ## Start the local control plane and node; writes .corral/dev/kubeconfig
+	$(BIN)/python -m corral_dev up
+
+dev-cluster-down: $(STAMP) ## Stop the local control plane and node
+	$(BIN)/python -m corral_dev down
+
+clean: ## Remove the venv and local state (keeps the binary cache)
+	rm -rf $(VENV) .corral
+
+.PHONY: help venv control-plane crds crds-check lint test test-unit bench demo dev-cluster dev-cluster-down clean
