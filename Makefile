@@ -51,7 +51,10 @@ dev-cluster: $(STAMP) control-plane ## Start the local control plane and node; w
 dev-cluster-down: $(STAMP) ## Stop the local control plane and node
 	$(BIN)/python -m corral_dev down
 
+e2e-kind: ## End-to-end on kind (needs Docker and kind; not in CI here)
+	bash hack/e2e-kind.sh
+
 clean: ## Remove the venv and local state (keeps the binary cache)
 	rm -rf $(VENV) .corral
 
-.PHONY: help venv control-plane crds crds-check lint test test-unit bench demo dev-cluster dev-cluster-down clean
+.PHONY: help venv control-plane crds crds-check lint test test-unit bench demo dev-cluster dev-cluster-down e2e-kind clean
