@@ -44,6 +44,8 @@ class ToolDecision:
     outcome: Outcome
     reason: str = ""
     input: dict[str, Any] | None = None  # a hook's rewrite of the call's input
+    # A pre-tool hook denied and the caller did not opt out: the turn ends after this call.
+    abort_turn: bool = False
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,8 @@ class TurnVerdict:
 
     accept: bool
     reason: str = ""
+    # Do not send the turn back again: it stops (send-backs spent, or a denial that aborts).
+    stop: bool = False
 
 
 class TurnPolicy(Protocol):
@@ -95,8 +99,9 @@ class TurnPolicy(Protocol):
         self, ctx: TurnContext, transcript: list[dict[str, Any]]
     ) -> ModelRequestPlan: ...
 
-    async def after_tool(self, ctx: TurnContext, call: ToolCall, result: str, is_error: bool) -> None:
-        ...
+    async def after_tool(
+        self, ctx: TurnContext, call: ToolCall, result: str, is_error: bool
+    ) -> None: ...
 
     async def after_turn(self, ctx: TurnContext, final_text: str) -> TurnVerdict: ...
 

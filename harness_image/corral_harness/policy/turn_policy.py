@@ -1,0 +1,347 @@
+"""The full TurnPolicy: tool list, tool decisions, the window for each call, and the verdict.
+
+The turn calls it through the seam in `seams.py`. What the policy keeps between calls is small
+and per conversation: the tool list shown this step (a call to anything else is refused), which
+submissions already ran their before-turn hooks, and how often a completion was sent back.
+
+How the turn uses the plan from `prepare_request`:
+- `stop_reason` set: do not call the provider; stop the turn with that reason.
+- `compaction` set: insert it into the transcript with `context.apply_compaction` (it carries
+  its own position) before appending the model's answer.
+- `call_only_lines`: send them with this one call (appended to `system`), never store them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from corral_api.kinds import AgentSpec
+
+from ..context import (
+    DEFAULT_TOKENIZER,
+    InstructionFileCache,
+    Summarizer,
+    Tokenizer,
+    assemble,
+    fit_window,
+    merge_adjacent_roles,
+    resolve_budgets,
+    usable_budget,
+    window_for,
+)
+from ..context.assembly import AssembledContext
+from ..context.sources import collect_layers
+from ..hooks import HookEvent, HookOutcome, Hooks, Phase
+from ..memory import MemoryStore, prune_turn_records, recall_hook
+from ..paths import GrantedRoot
+from ..seams import ModelRequestPlan, ToolCall, ToolDecision, ToolSpec, TurnContext, TurnVerdict
+from .permissions import decide, filter_catalog
+from .structured import check_schema, structured_output_errors
+from .tool_search import answer_tool_search
+
+log = logging.getLogger(__name__)
+
+MAX_SEND_BACKS = 2
+INSTRUCTION_WRITERS = frozenset({"write", "edit"})
+
+WindowLookup = Callable[[str], int | None]
+MemoryFor = Callable[[TurnContext], MemoryStore | None]
+TurnRecordsDir = Callable[[TurnContext], Path | None]
+
+
+@dataclass
+class _ConversationState:
+    visible: list[ToolSpec] | None = None
+    turns_started: set[str] = field(default_factory=set)
+    send_backs: dict[str, int] = field(default_factory=dict)
+
+
+def _memory_lookup(memory: MemoryStore | MemoryFor | None) -> MemoryFor:
+    if isinstance(memory, MemoryStore):
+        store = memory
+        return lambda _ctx: store
+    if memory is None:
+        return lambda _ctx: None
+    return memory
+
+
+def memory_per_scope(db_path: str | Path) -> MemoryFor:
+    """One sqlite file, one store per `TurnContext.memory_scope`; no scope means no memory."""
+    stores: dict[str, MemoryStore] = {}
+
+    def lookup(ctx: TurnContext) -> MemoryStore | None:
+        if not ctx.memory_scope:
+            return None
+        store = stores.get(ctx.memory_scope)
+        if store is None:
+            store = stores[ctx.memory_scope] = MemoryStore(db_path, ctx.memory_scope)
+        return store
+
+    return lookup
+
+
+def tools_payload(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
+    return [
+        {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+        for t in tools
+    ]
+
+
+class CorralTurnPolicy:
+    def __init__(
+        self,
+        *,
+        granted_root: str | Path,
+        agent: AgentSpec | None = None,
+        read_only: bool = False,
+        window_lookup: WindowLookup | None = None,
+        memory: MemoryStore | MemoryFor | None = None,
+        hooks: Hooks | None = None,
+        tokenizer: Tokenizer = DEFAULT_TOKENIZER,
+        summarizer: Summarizer | None = None,
+        budgets: dict[str, int] | None = None,
+        business_rules: Sequence[str] = (),
+        output_schema: dict[str, Any] | None = None,
+        abort_on_pre_deny: bool = True,
+        send_back_denied_completions: bool = True,
+        turn_records_dir: TurnRecordsDir | None = None,
+        instruction_cache: InstructionFileCache | None = None,
+    ) -> None:
+        self.root = GrantedRoot(granted_root)
+        self.agent = agent
+        self.read_only = read_only
+        self.window_lookup = window_lookup
+        self.tokenizer = tokenizer
+        self.summarizer = summarizer
+        resolve_budgets(None, budgets)  # refuse a bad override now, not on the first call
+        self.budgets = dict(budgets or {})
+        self.business_rules = list(business_rules)
+        if output_schema is not None:
+            check_schema(output_schema)
+        self.output_schema = output_schema
+        self.abort_on_pre_deny = abort_on_pre_deny
+        self.send_back_denied_completions = send_back_denied_completions
+        self.turn_records_dir = turn_records_dir
+        self.cache = instruction_cache or InstructionFileCache()
+        self._state: dict[str, _ConversationState] = {}
+        hooks = hooks or Hooks()
+        self._memory_for: MemoryFor = _memory_lookup(memory)
+        if memory is not None:
+            # Recall runs after the caller's own before-generation hooks.
+            hooks = hooks.with_handler(Phase.BEFORE_GENERATION, recall_hook(self._store_for_event))
+        self.hooks = hooks
+        self._current_ctx: dict[str, TurnContext] = {}
+
+    # ------------------------------------------------------------------ helpers
+
+    def _conv(self, ctx: TurnContext) -> _ConversationState:
+        return self._state.setdefault(ctx.conversation, _ConversationState())
+
+    def _read_only(self, ctx: TurnContext) -> bool:
+        return self.read_only or ctx.read_only
+
+    def _agent(self, ctx: TurnContext | None) -> AgentSpec:
+        agent = ctx.agent if ctx is not None else self.agent
+        if agent is None:
+            raise ValueError("no Agent spec: pass one to the policy or in the TurnContext")
+        return agent
+
+    def _store_for_event(self, event: HookEvent) -> MemoryStore | None:
+        ctx = self._current_ctx.get(event.conversation)
+        return self._memory_for(ctx) if ctx is not None else None
+
+    def _event(self, phase: Phase, ctx: TurnContext, **fields: Any) -> HookEvent:
+        return HookEvent(
+            phase=phase,
+            conversation=ctx.conversation,
+            submission_id=ctx.submission_id,
+            **fields,
+        )
+
+    async def run_hooks(self, phase: Phase, ctx: TurnContext, **fields: Any) -> HookOutcome:
+        self._current_ctx[ctx.conversation] = ctx
+        return await self.hooks.run(self._event(phase, ctx, **fields))
+
+    # ------------------------------------------------------------------ assembly
+
+    def assemble_context(
+        self,
+        transcript: Sequence[dict[str, Any]],
+        ctx: TurnContext | None = None,
+        *,
+        budgets: dict[str, int] | None = None,
+    ) -> AssembledContext:
+        """The five layers for this call, as the turn sends them (also `corral context`)."""
+        agent = self._agent(ctx)
+        read_only = self.read_only or (ctx.read_only if ctx else False)
+        contents = collect_layers(
+            agent,
+            self.root.root,
+            self.cache,
+            transcript,
+            read_only=read_only,
+            extra_rules=self.business_rules,
+        )
+        layer_budgets = resolve_budgets(agent.budgets, {**self.budgets, **(budgets or {})})
+        return assemble(contents, layer_budgets, tokenizer=self.tokenizer)
+
+    # ------------------------------------------------------------------ TurnPolicy
+
+    def visible_tools(self, ctx: TurnContext, catalog: list[ToolSpec]) -> list[ToolSpec]:
+        agent = self._agent(ctx)
+        shown = filter_catalog(
+            catalog, agent.tools.allow, agent.tools.deny, read_only=self._read_only(ctx)
+        )
+        self._conv(ctx).visible = shown
+        return shown
+
+    def answer_tool_search(self, ctx: TurnContext, tool_input: dict[str, Any]) -> str:
+        """Execute the tool-search tool against the list shown to the model this step."""
+        return answer_tool_search(tool_input, self._conv(ctx).visible or [])
+
+    async def decide_tool(self, ctx: TurnContext, call: ToolCall) -> ToolDecision:
+        outcome = await self.run_hooks(
+            Phase.BEFORE_TOOL, ctx, tool_name=call.name, tool_input=dict(call.input)
+        )
+        if outcome.denied:
+            return ToolDecision(
+                "deny", f"hook denied: {outcome.reason}", abort_turn=self.abort_on_pre_deny
+            )
+        effective = outcome.tool_input if outcome.tool_input is not None else call.input
+        agent = self._agent(ctx)
+        decision = decide(
+            ToolCall(call.id, call.name, effective),
+            allow=agent.tools.allow,
+            deny=agent.tools.deny,
+            visible=self._conv(ctx).visible,
+            read_only=self._read_only(ctx),
+            root=self.root,
+        )
+        if outcome.tool_input is not None and decision.outcome != "deny":
+            return ToolDecision(decision.outcome, decision.reason, input=effective)
+        return decision
+
+    async def prepare_request(
+        self, ctx: TurnContext, transcript: list[dict[str, Any]]
+    ) -> ModelRequestPlan:
+        conv = self._conv(ctx)
+        if ctx.submission_id not in conv.turns_started:
+            conv.turns_started.add(ctx.submission_id)
+            started = await self.run_hooks(Phase.BEFORE_TURN, ctx, messages=tuple(transcript))
+            if started.denied and self.abort_on_pre_deny:
+                return ModelRequestPlan(
+                    system="", messages=[], stop_reason=f"before-turn hook denied: {started.reason}"
+                )
+        assembled = self.assemble_context(transcript, ctx)
+        before = await self.run_hooks(
+            Phase.BEFORE_GENERATION, ctx, system=assembled.prompt, messages=tuple(transcript)
+        )
+        if before.denied and self.abort_on_pre_deny:
+            return ModelRequestPlan(
+                system=assembled.prompt,
+                messages=[],
+                stop_reason=f"before-generation hook denied: {before.reason}",
+                layer_tokens=assembled.layer_tokens(),
+            )
+        system = before.system if before.system is not None else assembled.prompt
+        lines = list(before.lines)
+        tools = tools_payload(conv.visible or [])
+        fixed = (
+            self.tokenizer.count(system)
+            + self.tokenizer.count("\n".join(lines))
+            + self.tokenizer.count(json.dumps(tools, ensure_ascii=False))
+        )
+        window = window_for(ctx.model, self.window_lookup, ctx.context_window)
+        fit = await fit_window(
+            transcript,
+            fixed_tokens=fixed,
+            budget=usable_budget(window, ctx.max_output_tokens),
+            tokenizer=self.tokenizer,
+            summarizer=self.summarizer,
+        )
+        layer_tokens = {**assembled.layer_tokens(), "messages": fit.tokens - fixed}
+        if fit.stop_reason:
+            return ModelRequestPlan(
+                system=system, messages=[], stop_reason=fit.stop_reason, layer_tokens=layer_tokens
+            )
+        return ModelRequestPlan(
+            system=system,
+            messages=merge_adjacent_roles(fit.messages),
+            call_only_lines=lines,
+            compaction=fit.compaction,
+            layer_tokens=layer_tokens,
+        )
+
+    async def after_tool(
+        self, ctx: TurnContext, call: ToolCall, result: str, is_error: bool
+    ) -> None:
+        # A tool may have changed an AGENTS.md; the next assembly must see it.
+        if call.name == "bash":
+            self.cache.invalidate(self.root.root)
+        elif call.name in INSTRUCTION_WRITERS:
+            path = call.input.get("path") or call.input.get("file_path")
+            if isinstance(path, str):
+                candidate = Path(path) if Path(path).is_absolute() else self.root.root / path
+                self.cache.invalidate_path(candidate)
+        await self.run_hooks(
+            Phase.AFTER_TOOL,
+            ctx,
+            tool_name=call.name,
+            tool_input=dict(call.input),
+            tool_result=result,
+            tool_is_error=is_error,
+        )
+
+    async def after_generation(self, ctx: TurnContext, message: dict[str, Any]) -> HookOutcome:
+        """Optional: the turn may call this with each model answer."""
+        return await self.run_hooks(Phase.AFTER_GENERATION, ctx, messages=(message,))
+
+    async def after_turn(self, ctx: TurnContext, final_text: str) -> TurnVerdict:
+        reasons: list[str] = []
+        if self.output_schema is not None:
+            errors = structured_output_errors(final_text, self.output_schema)
+            if errors:
+                reasons.append("structured output is not valid: " + "; ".join(errors[:5]))
+        if not reasons:
+            outcome = await self.run_hooks(Phase.AFTER_TURN, ctx, final_text=final_text)
+            if outcome.denied:
+                reasons.append(f"after-turn hook denied: {outcome.reason}")
+        if not reasons:
+            self._prune(ctx)
+            return TurnVerdict(accept=True)
+        reason = "; ".join(reasons)
+        conv = self._conv(ctx)
+        sent = conv.send_backs.get(ctx.submission_id, 0)
+        if not self.send_back_denied_completions or sent >= MAX_SEND_BACKS:
+            self._prune(ctx)
+            return TurnVerdict(
+                accept=False, reason=f"{reason} (sent back {sent} times; stopping)", stop=True
+            )
+        conv.send_backs[ctx.submission_id] = sent + 1
+        return TurnVerdict(accept=False, reason=reason)
+
+    # ------------------------------------------------------------------ session
+
+    async def session_start(self, ctx: TurnContext) -> HookOutcome:
+        return await self.run_hooks(Phase.SESSION_START, ctx)
+
+    async def session_end(self, ctx: TurnContext) -> HookOutcome:
+        outcome = await self.run_hooks(Phase.SESSION_END, ctx)
+        self._state.pop(ctx.conversation, None)
+        self._current_ctx.pop(ctx.conversation, None)
+        return outcome
+
+    def _prune(self, ctx: TurnContext) -> None:
+        if self.turn_records_dir is None:
+            return
+        try:
+            directory = self.turn_records_dir(ctx)
+            if directory is not None:
+                prune_turn_records(directory)
+        except OSError:
+            log.exception("pruning turn records failed")

@@ -1,0 +1,155 @@
+"""AGENTS.md discovery: precedence, .git skipped, symlinks not followed, cache invalidation."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from corral_harness.context import (
+    DEFAULT_BUDGETS,
+    InstructionFileCache,
+    LayerName,
+    assemble,
+    instruction_units,
+    scan_instruction_files,
+)
+from corral_harness.context.instructions import AGENT_SOURCE
+
+
+def _write(root: Path, rel: str, text: str) -> None:
+    path = root / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def test_precedence_root_then_shallow_then_deep_then_agent(tmp_path: Path) -> None:
+    _write(tmp_path, "a/b/c/AGENTS.md", "deep")
+    _write(tmp_path, "AGENTS.md", "root")
+    _write(tmp_path, "z/AGENTS.md", "shallow z")
+    _write(tmp_path, "a/AGENTS.md", "shallow a")
+    files = scan_instruction_files(tmp_path)
+    units = instruction_units(files, "agent says")
+    assert [u.source for u in units] == [
+        "AGENTS.md",
+        "a/AGENTS.md",
+        "z/AGENTS.md",
+        "a/b/c/AGENTS.md",
+        AGENT_SOURCE,
+    ]
+
+
+def test_git_directory_is_skipped_and_symlinks_not_followed(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    _write(outside, "AGENTS.md", "secret from outside")
+    root = tmp_path / "root"
+    _write(root, ".git/AGENTS.md", "inside git")
+    _write(root, "ok/AGENTS.md", "ok")
+    os.symlink(outside, root / "linked")
+    os.symlink(outside / "AGENTS.md", root / "ok" / "other")
+    (root / "sub").mkdir()
+    os.symlink(outside / "AGENTS.md", root / "sub" / "AGENTS.md")
+    texts = [f.text for f in scan_instruction_files(root)]
+    assert texts == ["ok"]
+
+
+def test_trimming_drops_least_authoritative_first(tmp_path: Path) -> None:
+    _write(tmp_path, "AGENTS.md", "r" * 200)
+    _write(tmp_path, "pkg/AGENTS.md", "p" * 200)
+    units = instruction_units(scan_instruction_files(tmp_path), "a" * 200)
+    budgets = {**DEFAULT_BUDGETS, LayerName.INSTRUCTION_FILES: 120}
+    report = assemble({LayerName.INSTRUCTION_FILES: units}, budgets).layer("instruction_files")
+    assert report.kept == ["pkg/AGENTS.md", AGENT_SOURCE]
+    assert report.dropped == ["AGENTS.md"]
+
+
+def test_cache_serves_until_invalidated(tmp_path: Path) -> None:
+    _write(tmp_path, "AGENTS.md", "v1")
+    cache = InstructionFileCache()
+    assert [f.text for f in cache.load(tmp_path)] == ["v1"]
+    _write(tmp_path, "AGENTS.md", "v2")
+    _write(tmp_path, "new/AGENTS.md", "new")
+    assert [f.text for f in cache.load(tmp_path)] == ["v1"]  # cached
+    assert cache.scans == 1
+    assert cache.invalidate_path(tmp_path / "AGENTS.md") is True
+    assert [f.text for f in cache.load(tmp_path)] == ["v2", "new"]
+    assert cache.scans == 2
+
+
+def test_a_change_to_an_ordinary_file_keeps_the_cache(tmp_path: Path) -> None:
+    _write(tmp_path, "AGENTS.md", "v1")
+    _write(tmp_path, "main.py", "print()")
+    cache = InstructionFileCache()
+    cache.load(tmp_path)
+    assert cache.invalidate_path(tmp_path / "main.py") is False
+    cache.invalidate()
+    cache.load(tmp_path)
+    assert cache.scans == 2
+
+
+def test_missing_root_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(NotADirectoryError, match="not a directory"):
+        scan_instruction_files(tmp_path / "nope")
+
+
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    dirs=st.lists(
+        st.lists(st.sampled_from(["a", "b", "c", "d"]), min_size=0, max_size=4).map(tuple),
+        min_size=1,
+        max_size=8,
+        unique=True,
+    )
+)
+def test_precedence_never_puts_a_deeper_file_before_a_shallower_one(
+    tmp_path_factory: pytest.TempPathFactory, dirs: list[tuple[str, ...]]
+) -> None:
+    root = tmp_path_factory.mktemp("tree")
+    for parts in dirs:
+        _write(root, "/".join([*parts, "AGENTS.md"]), "/".join(parts) or "root")
+    units = instruction_units(scan_instruction_files(root), "agent")
+    depths = [u.source.count("/") for u in units[:-1]]
+    assert depths == sorted(depths)
+    assert len(units) == len(dirs) + 1
+    assert units[-1].source == AGENT_SOURCE
+    if () in dirs:
+        assert units[0].source == "AGENTS.md"
+
+
+@settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    sizes=st.dictionaries(
+        st.sampled_from(["", "a", "b", "a/x", "b/y", "a/x/z"]), st.integers(1, 120), min_size=1
+    ),
+    budget=st.integers(0, 150),
+)
+def test_trimming_keeps_the_most_authoritative_files(
+    tmp_path_factory: pytest.TempPathFactory, sizes: dict[str, int], budget: int
+) -> None:
+    root = tmp_path_factory.mktemp("tree")
+    for rel, size in sizes.items():
+        _write(root, f"{rel}/AGENTS.md" if rel else "AGENTS.md", "w" * size)
+    units = instruction_units(scan_instruction_files(root), "agent " * 10)
+    budgets = {**DEFAULT_BUDGETS, LayerName.INSTRUCTION_FILES: budget}
+    report = assemble({LayerName.INSTRUCTION_FILES: units}, budgets).layer("instruction_files")
+    order = [u.source for u in units]
+    assert report.tokens <= budget
+    # Whatever is dropped ranks below everything kept, except units too big to ever fit.
+    if report.kept:
+        weakest_kept = order.index(report.kept[0])
+        for source in report.dropped:
+            if order.index(source) > weakest_kept:
+                unit = units[order.index(source)]
+                assert (
+                    assemble({LayerName.INSTRUCTION_FILES: [unit]}, budgets)
+                    .layer("instruction_files")
+                    .tokens
+                    == 0
+                )
