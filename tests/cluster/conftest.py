@@ -12,6 +12,8 @@ import pytest
 
 from corral_dev import controlplane
 
+from ._node_fixtures import *  # noqa: F403
+
 _counter = itertools.count()
 
 

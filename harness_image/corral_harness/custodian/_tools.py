@@ -1,0 +1,287 @@
+"""Carrying out the control tools: load the session's facts, ask a rule, act on its answer.
+
+Every decision is a pure function in `rules`; this module only gathers the inputs (from the
+cluster, with the custodian's own narrow identity) and applies the plan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from corral_api.kinds import MAX_DEPTH_CAP
+
+from . import rules
+from ._git import GitPusher
+from ._kube import KubeClient, KubeError, corral_path
+from .facts import SessionFacts
+from .menu import ALL_TOOLS, why_not_offered
+from .settings import CustodianSettings
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    content: str
+    is_error: bool = False
+    ends_turn: bool = False
+
+    def wire(self) -> dict[str, Any]:
+        return {"content": self.content, "isError": self.is_error, "endsTurn": self.ends_turn}
+
+
+class ToolFailure(Exception):
+    """The tool cannot run at all; the message becomes an error result."""
+
+
+@dataclass(frozen=True)
+class Loaded:
+    facts: SessionFacts
+    session: dict[str, Any]  # the Session object; empty without a cluster
+    turn_key: str  # identifies the current turn, from the Session status the operator writes
+
+
+def _error(message: str) -> ToolResult:
+    return ToolResult(message, is_error=True)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, indent=1, sort_keys=True)
+
+
+class ControlTools:
+    def __init__(
+        self, settings: CustodianSettings, kube: KubeClient | None, pusher: GitPusher | None
+    ) -> None:
+        self._settings = settings
+        self._kube = kube
+        self._pusher = pusher
+        # Spawns are counted against the cluster; one at a time so two calls cannot both pass.
+        self._spawn_lock = asyncio.Lock()
+
+    @property
+    def namespace(self) -> str:
+        return self._settings.session_namespace
+
+    async def load(self) -> Loaded:
+        s = self._settings
+        agent = s.load_agent()
+        base = SessionFacts(
+            name=s.session_name,
+            namespace=s.session_namespace,
+            uid=s.session_uid,
+            agent=agent,
+            read_only=s.read_only,
+            branch=s.session_branch,
+            cluster=self._kube is not None,
+            land_check=s.land_check,
+        )
+        if self._kube is None:
+            return Loaded(base, {}, "local")
+        session = await self._kube.get(corral_path(self.namespace, "sessions", s.session_name))
+        if session is None:
+            raise ToolFailure(f"session {s.session_name} no longer exists in the cluster")
+        if session["metadata"].get("uid") != s.session_uid:
+            raise ToolFailure(f"session {s.session_name} in the cluster is not this session (uid)")
+        spec = session.get("spec") or {}
+        status = session.get("status") or {}
+        turns = int(status.get("turns") or 0)
+        ledger = status.get("ledger") or {}
+        facts = SessionFacts(
+            name=base.name,
+            namespace=base.namespace,
+            uid=base.uid,
+            agent=agent,
+            agent_ref=spec.get("agentRef"),
+            depth=await self._depth(spec),
+            turns_used=turns,
+            read_only=bool(spec.get("readOnly")) or s.read_only,
+            branch=base.branch,
+            cluster=True,
+            land_check=base.land_check,
+        )
+        return Loaded(facts, session, str(ledger.get("submissionId") or f"turn-{turns}"))
+
+    async def _depth(self, spec: dict[str, Any]) -> int:
+        """Depth by walking parentRef up the tree; the custodian never trusts a depth label."""
+        assert self._kube is not None
+        depth = 0
+        ref = spec.get("parentRef")
+        while ref and depth <= MAX_DEPTH_CAP:
+            depth += 1
+            if not rules.is_object_name(ref.get("name")):
+                break
+            parent = await self._kube.get(corral_path(self.namespace, "sessions", ref["name"]))
+            if parent is None or parent["metadata"].get("uid") != ref.get("uid"):
+                break
+            ref = (parent.get("spec") or {}).get("parentRef")
+        return depth
+
+    async def invoke(self, name: str, tool_input: dict[str, Any], submission: str) -> ToolResult:
+        if name not in ALL_TOOLS:
+            raise KeyError(name)
+        try:
+            loaded = await self.load()
+            reason = why_not_offered(loaded.facts, name)
+            if reason is not None:
+                return _error(reason)
+            handler = getattr(self, f"_{name}")
+            result: ToolResult = await handler(loaded, tool_input, submission)
+            return result
+        except ToolFailure as e:
+            return _error(str(e))
+        except KubeError as e:
+            return _error(f"{name} failed: {e}")
+
+    # ------------------------------------------------------------------------------ children
+
+    async def _children(self, loaded: Loaded) -> list[dict[str, Any]]:
+        assert self._kube is not None
+        listed = await self._kube.list(
+            corral_path(self.namespace, "sessions"),
+            label_selector=f"corral.dev/parent-uid={loaded.facts.uid}",
+        )
+        return [c for c in listed if rules.is_own_child(loaded.facts, c)]
+
+    async def _spawn_child(
+        self, loaded: Loaded, tool_input: dict[str, Any], submission: str
+    ) -> ToolResult:
+        assert self._kube is not None
+        async with self._spawn_lock:
+            children = await self._children(loaded)
+            this_turn = sum(
+                1
+                for c in children
+                if (c["metadata"].get("annotations") or {}).get("corral.dev/parent-turn")
+                == loaded.turn_key
+            )
+            plan = rules.decide_spawn(loaded.facts, tool_input, this_turn)
+            if isinstance(plan, rules.Refusal):
+                return _error(plan.reason)
+            manifest = rules.child_session_manifest(
+                loaded.facts, plan, loaded.session.get("spec") or {}, loaded.turn_key
+            )
+            if submission:
+                manifest["metadata"]["annotations"]["corral.dev/parent-submission"] = submission
+            created = await self._kube.create(corral_path(self.namespace, "sessions"), manifest)
+        answer: dict[str, Any] = {
+            "child": created["metadata"]["name"],
+            "depth": plan.depth,
+            "maxTurns": plan.max_turns,
+            "readOnly": plan.read_only,
+        }
+        if plan.ignored:
+            answer["ignored"] = list(plan.ignored)
+        return ToolResult(_json(answer))
+
+    async def _child_status(self, loaded: Loaded, tool_input: dict[str, Any], _: str) -> ToolResult:
+        assert self._kube is not None
+        name = tool_input.get("name")
+        if not rules.is_object_name(name):
+            return _error("'name' must name a child session")
+        assert isinstance(name, str)
+        child = await self._kube.get(corral_path(self.namespace, "sessions", name))
+        if child is None or not rules.is_own_child(loaded.facts, child):
+            return _error(f"this session has no child named {name!r}")
+        status = child.get("status") or {}
+        return ToolResult(
+            _json(
+                {
+                    "name": name,
+                    "phase": status.get("phase", "Pending"),
+                    "turns": status.get("turns", 0),
+                    "message": status.get("message"),
+                    "lastSettlement": status.get("lastSettlement"),
+                    "usage": status.get("usage"),
+                }
+            )
+        )
+
+    async def _walk_tree(self, loaded: Loaded, _input: dict[str, Any], _: str) -> ToolResult:
+        assert self._kube is not None
+        sessions = await self._kube.list(corral_path(self.namespace, "sessions"))
+        return ToolResult(
+            "\n".join(rules.tree_lines(loaded.facts.uid, loaded.facts.name, sessions))
+        )
+
+    async def _wait_children(
+        self, loaded: Loaded, tool_input: dict[str, Any], _: str
+    ) -> ToolResult:
+        verdict = rules.decide_wait(tool_input, await self._children(loaded))
+        if isinstance(verdict, rules.Refusal):
+            return _error(verdict.reason)
+        body = _json({"summary": verdict.summary, "children": verdict.children})
+        if verdict.satisfied:
+            return ToolResult(body)
+        # Not yet: the turn ends here and the session waits for its children.
+        return ToolResult("still waiting for children; " + body, ends_turn=True)
+
+    # ----------------------------------------------------------------------------- approvals
+
+    async def _create_approval(self, loaded: Loaded, ask: rules.AskApproval) -> str:
+        assert self._kube is not None
+        created = await self._kube.create(
+            corral_path(self.namespace, "approvals"), rules.approval_manifest(loaded.facts, ask)
+        )
+        return str(created["metadata"]["name"])
+
+    async def _request_approval(
+        self, loaded: Loaded, tool_input: dict[str, Any], _: str
+    ) -> ToolResult:
+        ask = rules.approval_request(tool_input)
+        if isinstance(ask, rules.Refusal):
+            return _error(ask.reason)
+        name = await self._create_approval(loaded, ask)
+        return ToolResult(
+            _json({"approval": name, "digest": ask.digest, "decision": "Pending"}), ends_turn=True
+        )
+
+    async def approval_decision(self, name: str) -> dict[str, Any] | None:
+        """An Approval's decision, only when it belongs to this session (else None)."""
+        if self._kube is None or not rules.is_object_name(name):
+            return None
+        loaded = await self.load()
+        approval = await self._kube.get(corral_path(self.namespace, "approvals", name))
+        if approval is None:
+            return None
+        ref = (approval.get("spec") or {}).get("sessionRef") or {}
+        if ref.get("uid") != loaded.facts.uid or ref.get("name") != loaded.facts.name:
+            return None
+        return {"approval": name, "decision": rules.approval_decision(approval)}
+
+    # ---------------------------------------------------------------------------- push, land
+
+    async def _push(self, loaded: Loaded, tool_input: dict[str, Any], _: str) -> ToolResult:
+        plan = rules.decide_push(loaded.facts, tool_input)
+        if isinstance(plan, rules.Refusal):
+            return _error(plan.reason)
+        if self._pusher is None:
+            return _error("push is not configured: CORRAL_WORKSPACE or the remote URL is missing")
+        result = await self._pusher.push_head(plan.branch)
+        if not result.ok:
+            return _error(f"git push to {plan.branch} failed: {result.output}")
+        return ToolResult(f"pushed {result.revision} to {plan.branch}\n{result.output}")
+
+    async def _land(self, loaded: Loaded, tool_input: dict[str, Any], _: str) -> ToolResult:
+        assert self._kube is not None
+        approvals = await self._kube.list(corral_path(self.namespace, "approvals"))
+        evidences: list[dict[str, Any]] = []
+        if loaded.facts.land_check:
+            evidences = await self._kube.list(corral_path(self.namespace, "evidences"))
+        decision = rules.decide_land(loaded.facts, tool_input, approvals, evidences)
+        if isinstance(decision, rules.Refusal):
+            return _error(decision.reason)
+        if isinstance(decision, rules.AskApproval):
+            name = await self._create_approval(loaded, decision)
+            return ToolResult(
+                _json({"approval": name, "digest": decision.digest, "decision": "Pending",
+                       "note": "a human must approve; call land again with the same input"}),
+                ends_turn=True,
+            )  # fmt: skip
+        if self._pusher is None:
+            return _error("land is not configured: CORRAL_WORKSPACE or the remote URL is missing")
+        result = await self._pusher.push_revision(decision.revision, decision.target)
+        if not result.ok:
+            return _error(f"landing on {decision.target} failed: {result.output}")
+        return ToolResult(f"landed {decision.revision} on {decision.target}\n{result.output}")

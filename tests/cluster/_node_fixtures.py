@@ -1,0 +1,79 @@
+"""The `local_node` fixture: the local node as a real process against the `control_plane`.
+
+Registered in conftest.py with `from ._node_fixtures import *`. Session-scoped: one node serves
+every test (pods live in each test's own namespace). The node's pod directories are under
+`local_node.workdir / "pods"`, one per pod, with `logs/<container>.log` inside.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from corral_dev import controlplane
+
+__all__ = ["LocalNodeHandle", "local_node"]
+
+
+@dataclass
+class LocalNodeHandle:
+    name: str
+    workdir: Path
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def pod_dir(self, namespace: str, pod: str) -> Path:
+        found = list((self.workdir / "pods").glob(f"{namespace}_{pod}_*"))
+        if not found:
+            raise FileNotFoundError(f"no local pod directory for {namespace}/{pod}")
+        return max(found, key=lambda p: p.stat().st_mtime)  # the newest pod of that name
+
+
+@pytest.fixture(scope="session")
+def local_node(control_plane: controlplane.ControlPlane) -> Iterator[LocalNodeHandle]:
+    workdir = Path(tempfile.mkdtemp(prefix="corral-node-"))
+    name = "corral-local-node"
+    log = workdir / "node.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "corral_dev.localnode",
+                "--kubeconfig",
+                str(control_plane.kubeconfig),
+                "--workdir",
+                str(workdir),
+                "--node-name",
+                name,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    handle = LocalNodeHandle(name, workdir, process, log)
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            done = control_plane.kubectl(
+                "get", "node", name, "-o", "jsonpath={.status.conditions[0].status}", check=False
+            )
+            if done.stdout.strip() == "True":
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the local node did not come up:\n{log.read_text()}")
+            time.sleep(0.1)
+        yield handle
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

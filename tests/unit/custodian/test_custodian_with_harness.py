@@ -1,0 +1,124 @@
+"""The real harness behind the real custodian, as in a sandbox pod: the harness's model base URL
+and Menu are the custodian; the scripted model is the upstream. The agent's own shell looks for
+the key and finds nothing; the model's push goes to the session's branch through the Menu.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from corral_harness.scripted import ScriptedModel, parse_script, serve_in_thread
+from tests.wire._rig import Harness, new_conversation
+
+from ._custodian_proc import running_custodian
+
+pytestmark = pytest.mark.timeout(90)
+
+MODEL_KEY = "sk-ant-only-in-the-custodian-4242"
+AGENT = {
+    "identity": "You are a test agent.",
+    "model": "corral-scripted",
+    "tools": {"allow": ["bash"]},
+}
+
+
+def git(cwd: Path, *args: str) -> str:
+    done = subprocess.run(
+        ["git", *args], cwd=cwd, capture_output=True, text=True, check=True,
+        env={"PATH": "/usr/bin:/bin", "HOME": str(cwd), "GIT_AUTHOR_NAME": "t",
+             "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"},
+    )  # fmt: skip
+    return done.stdout.strip()
+
+
+@pytest.fixture
+def scripted() -> Iterator[tuple[ScriptedModel, str]]:
+    model = ScriptedModel()
+    server = serve_in_thread(model)
+    try:
+        yield model, server.url
+    finally:
+        server.stop()
+
+
+def test_the_harness_never_holds_the_key_and_pushes_through_the_menu(
+    scripted: tuple[ScriptedModel, str], tmp_path: Path
+) -> None:
+    model, upstream = scripted
+    remote = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
+    root = tmp_path / "workspace"
+    git(tmp_path, "clone", "-q", str(remote), str(root))
+    git(root, "checkout", "-qb", "corral/s1")
+
+    conv = new_conversation()
+    # Count variables that look like a model key, and files in the workspace that hold one.
+    snoop = "env | grep -ci -e sk-ant -e api_key; grep -rls sk-ant . ; echo snooped"
+    commit = (
+        "echo work > out.txt && git add out.txt && "
+        "git -c user.name=a -c user.email=a@a commit -qm work && echo committed"
+    )
+    model.set_script(
+        parse_script(
+            {
+                "conversations": {
+                    conv: [
+                        {"tool_use": {"name": "bash", "input": {"command": snoop}}},
+                        {"tool_use": {"name": "bash", "input": {"command": commit}}},
+                        {"tool_use": {"name": "mcp__corral__push", "input": {}}},
+                        {"tool_use": {"name": "mcp__corral__push", "input": {"branch": "main"}}},
+                        {"text": "all done"},
+                    ]
+                }
+            }
+        )
+    )
+    custodian_env = {
+        "CORRAL_UPSTREAM_URL": upstream,
+        "ANTHROPIC_API_KEY": MODEL_KEY,
+        "CORRAL_WORKSPACE": str(root),
+        "CORRAL_SESSION_BRANCH": "corral/s1",
+        "CORRAL_STATE_DIR": str(tmp_path / "custodian-state"),
+    }
+    with running_custodian(custodian_env, tmp_path / "custodian.log") as custodian_url:
+        harness = Harness(
+            model_url=custodian_url,
+            menu_url=custodian_url,
+            state_dir=tmp_path / "harness-state",
+            root=root,
+        )
+        harness.start()
+        try:
+            admitted = harness.admit(conv, "go", spec=AGENT)
+            settled = harness.wait_settled(conv, admitted["submissionId"], timeout=60)
+            assert settled["status"] == "completed", settled
+            events = harness.history(conv)
+        finally:
+            harness.stop()
+
+    requests = [r for r in model.requests if r["conversation"] == conv]
+    assert len(requests) == 5
+    # Upstream saw the custodian's key on every call; the harness sent a placeholder only.
+    assert {r["headers"]["x-api-key"] for r in requests} == {MODEL_KEY}
+    # The Menu the model saw came from the custodian.
+    tool_names = {t["name"] for t in requests[0]["body"]["tools"]}
+    assert "mcp__corral__push" in tool_names and "bash" in tool_names
+
+    results = {e["toolUseId"]: e for e in events if e["type"] == "tool_end"}
+    ordered = [results[e["toolUseId"]] for e in events if e["type"] == "tool_start"]
+    snooped, committed, pushed, refused = (str(e["result"]) for e in ordered)
+    assert snooped.split() == ["0", "snooped"], snooped
+    assert "committed" in committed
+    assert "pushed" in pushed and ordered[2]["isError"] is False
+    assert git(remote, "rev-parse", "refs/heads/corral/s1") == git(root, "rev-parse", "HEAD")
+    assert ordered[3]["isError"] is True and "'main'" in refused
+    assert subprocess.run(
+        ["git", "-C", str(remote), "rev-parse", "--verify", "-q", "refs/heads/main"],
+        capture_output=True, check=False,
+    ).returncode != 0  # fmt: skip
+    assert MODEL_KEY not in json.dumps(events)
