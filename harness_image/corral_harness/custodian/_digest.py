@@ -1,18 +1,5 @@
-"""The action digest an Approval binds to: one exact tool call, nothing near it."""
+"""The action digest, from the shared API package (kept as a module for local imports)."""
 
-from __future__ import annotations
+from corral_api.digest import action_digest, canonical_json
 
-import hashlib
-import json
-from typing import Any
-
-
-def canonical_json(arguments: Any) -> str:
-    """Key-sorted, whitespace-free JSON, so equal arguments always hash alike."""
-    return json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-def action_digest(tool: str, arguments: Any) -> str:
-    """`sha256:` + hex of sha256(tool name + canonical JSON of the arguments)."""
-    payload = (tool + canonical_json(arguments)).encode("utf-8")
-    return "sha256:" + hashlib.sha256(payload).hexdigest()
+__all__ = ["action_digest", "canonical_json"]

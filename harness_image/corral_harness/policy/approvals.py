@@ -8,12 +8,13 @@ exact call; a decision written for another scope or another call releases nothin
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import uuid
 from pathlib import Path
 from typing import Any, Literal
+
+from corral_api.digest import action_digest
 
 from ..seams import ApprovalPort, ToolCall, ToolDecision, TurnContext
 
@@ -21,8 +22,8 @@ Decision = Literal["approved", "denied"]
 
 
 def call_digest(name: str, arguments: dict[str, Any]) -> str:
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return "sha256:" + hashlib.sha256(f"{name}\n{canonical}".encode()).hexdigest()
+    """The digest an Approval binds to (the same function the custodian uses)."""
+    return action_digest(name, arguments)
 
 
 class ApprovalNotFound(KeyError):
