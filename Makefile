@@ -43,7 +43,7 @@ bench: $(STAMP) control-plane ## Benchmarks: harness step overhead, cold start, 
 	@for b in bench/*_bench.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 demo: $(STAMP) ## Run the demo session on this machine: no cluster, no network, no key needed
-	$(BIN)/python -m corral_cli.demo
+	CORRAL_BIN=$(BIN)/corral bash demo/run_demo.sh
 
 dev-cluster: $(STAMP) control-plane ## Start the local control plane and node; writes .corral/dev/kubeconfig
 	$(BIN)/python -m corral_dev up

@@ -1,0 +1,149 @@
+"""Start the local parts of a session (scripted model, custodian, harness) as real processes.
+
+Each listens on a free loopback port, logs to `<state dir>/logs/<name>.log`, and runs in its own
+session (process group) so a Ctrl-C at the terminal reaches `corral run` alone: the turn is then
+aborted through the wire, while the harness is still there to settle it. On Linux each part is
+also told to end when `corral run` ends, however it ends, so none is left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+READY_TIMEOUT = 30.0
+
+
+class StartFailed(Exception):
+    """A part did not come up; the message carries the end of its log."""
+
+
+def _die_with_parent() -> None:
+    """In the child: ask Linux to kill it when `corral run` dies without stopping it.
+
+    SIGKILL, not SIGTERM: a part that is shutting down gracefully waits for its open requests
+    (a long-poll, a slow model stream), and nobody is left to wait for it. The harness writes
+    its conversations as it goes, so a kill loses nothing it had recorded.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _entry(module: str) -> list[str]:
+    """Run a console script's `main` with this interpreter, so the venv is the same."""
+    return [sys.executable, "-c", f"import sys; from {module} import main; sys.exit(main())"]
+
+
+@dataclass
+class Part:
+    name: str
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def log_tail(self, chars: int = 2000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-chars:]
+        except OSError:
+            return ""
+
+
+@dataclass
+class Parts:
+    """The processes of one run, stopped together."""
+
+    log_dir: Path
+    running: list[Part] = field(default_factory=list)
+
+    def start(self, name: str, argv: list[str], env: dict[str, str], port: int) -> Part:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_dir / f"{name}.log"
+        with log.open("ab") as out:
+            process = subprocess.Popen(
+                argv,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # corral run starts no threads that fork
+            )
+        part = Part(name, f"http://127.0.0.1:{port}", process, log)
+        self.running.append(part)
+        return part
+
+    async def wait_ready(self, part: Part, path: str = "/readyz") -> float:
+        """Poll until `path` answers 200; return the seconds it took."""
+        began = time.monotonic()
+        async with httpx.AsyncClient(timeout=2.0) as http:
+            while True:
+                if part.process.poll() is not None:
+                    raise StartFailed(
+                        f"the {part.name} exited with code {part.process.returncode} before it "
+                        f"was ready; its log ({part.log}) ends with:\n{part.log_tail()}"
+                    )
+                try:
+                    response = await http.get(part.url + path)
+                    if response.status_code == 200:
+                        return time.monotonic() - began
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() - began > READY_TIMEOUT:
+                    raise StartFailed(
+                        f"the {part.name} was not ready after {READY_TIMEOUT:.0f} s; its log "
+                        f"({part.log}) ends with:\n{part.log_tail()}"
+                    )
+                await asyncio.sleep(0.05)
+
+    def stop(self, grace: float = 5.0) -> None:
+        for part in reversed(self.running):
+            if part.process.poll() is None:
+                part.process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for part in reversed(self.running):
+            try:
+                part.process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                part.process.kill()
+                part.process.wait()
+        self.running.clear()
+
+
+def base_env(drop: tuple[str, ...] = ()) -> dict[str, str]:
+    """This process's environment without the model key and the model endpoint.
+
+    Every part gets only what it is given on purpose: the key goes to the custodian alone.
+    """
+    hidden = {"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", *drop}
+    return {k: v for k, v in os.environ.items() if k not in hidden and not k.startswith("CORRAL_")}
+
+
+HARNESS = "corral_harness.main"
+CUSTODIAN = "corral_harness.custodian.main"
+SCRIPTED = "corral_harness.scripted"
+
+
+def scripted_argv(port: int, script: Path) -> list[str]:
+    return [sys.executable, "-m", SCRIPTED, "--port", str(port), "--script", str(script)]
+
+
+def part_argv(module: str) -> list[str]:
+    return _entry(module)

@@ -1,0 +1,353 @@
+"""`corral run`: one Session on this machine, with no cluster.
+
+The same harness and custodian as in a sandbox pod run here as local processes on loopback
+ports, with the workspace as the granted root, and the operator's own turn driver drives the
+turns through the wire. Exit codes: 0 the session succeeded; 1 it did not (the reason is
+printed); 2 the input is invalid; 130 interrupted (the turn was aborted through the wire).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from corral_api import Agent, Session
+from corral_api.kinds import SessionOverrides
+from corral_operator.driver import DriverOutcome, SessionDriver, WireFault
+from corral_operator.wireclient import WireClient
+
+from . import _processes as proc
+from ._approvals import MODES, ApprovalDesk, default_mode
+from ._localstore import LocalTurnStore, RunRecord
+from ._manifests import ManifestError, load_manifests, pick_session
+from ._view import View, choose_view
+from ._workspace import WorkspaceError, prepare_workspace
+
+EXIT_OK = 0
+EXIT_FAILED = 1
+EXIT_INVALID = 2
+EXIT_INTERRUPTED = 130
+
+SCRIPTED_MODEL = "corral-scripted"
+SCENARIO_ENV = "CORRAL_DEMO_SCENARIO"
+_PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
+    p = parser or argparse.ArgumentParser(prog="corral run")
+    p.epilog = (
+        "exit status: 0 the session succeeded, 1 it did not (the reason is printed), "
+        "2 invalid input, 130 interrupted (the turn was aborted through the wire)"
+    )
+    p.description = (
+        "Run one Session locally: the harness and custodian as local processes, the turns "
+        "driven through the wire as the operator drives them."
+    )
+    p.add_argument(
+        "-f",
+        "--filename",
+        dest="files",
+        metavar="FILE",
+        action="append",
+        type=Path,
+        required=True,
+        help="YAML with the Session (and optionally its Agent); may be given more than once",
+    )
+    p.add_argument(
+        "--agent",
+        dest="agent_files",
+        metavar="FILE",
+        action="append",
+        type=Path,
+        default=[],
+        help="YAML with the Agent the Session names",
+    )
+    p.add_argument(
+        "--workspace",
+        metavar="DIR",
+        type=Path,
+        help="directory the agent works in (its granted root); default: a clone of "
+        "spec.workspace.repo under the state directory",
+    )
+    p.add_argument(
+        "--state-dir",
+        metavar="DIR",
+        type=Path,
+        help="where state, ledger and transcript go; default .corral/runs/<name>-<time>",
+    )
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument(
+        "--approvals",
+        choices=MODES,
+        help="how to answer the harness's requests for a human decision: ask (a prompt; the "
+        "default on a terminal), approve, deny (the default otherwise), or manual",
+    )
+    p.add_argument(
+        "--scenario",
+        metavar="FILE",
+        type=Path,
+        help="script for the scripted model when no ANTHROPIC_API_KEY is set "
+        f"(default: ${SCENARIO_ENV}, else examples/demo/scenario.yaml)",
+    )
+    return p
+
+
+@dataclass
+class ModelRoute:
+    upstream: str  # where the custodian sends model calls
+    key: str | None
+    model_override: str | None
+    scripted: bool
+
+
+def _scenario(args: argparse.Namespace) -> Path:
+    if args.scenario is not None:
+        if not args.scenario.is_file():
+            raise ManifestError(f"--scenario {args.scenario}: no such file")
+        return Path(args.scenario).resolve()
+    from_env = os.environ.get(SCENARIO_ENV)
+    candidates = [Path(from_env)] if from_env else []
+    candidates += [f.resolve().parent / "demo" / "scenario.yaml" for f in args.files]
+    candidates.append(_PROJECT_ROOT / "examples" / "demo" / "scenario.yaml")
+    for candidate in candidates:
+        if candidate.is_file():
+            return candidate.resolve()
+    raise ManifestError(
+        "no ANTHROPIC_API_KEY is set and no scenario for the scripted model was found; "
+        "pass --scenario FILE or set ANTHROPIC_API_KEY"
+    )
+
+
+def _secret_file(path: Path, value: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(value)
+    return path
+
+
+class LocalRun:
+    """The processes and the driver of one `corral run`."""
+
+    def __init__(
+        self, args: argparse.Namespace, session: Session, agent: Agent, view: View
+    ) -> None:
+        self.args = args
+        self.session = session
+        self.agent = agent
+        self.view = view
+        self.name = str(session.metadata["name"])
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        self.state_dir: Path = (
+            args.state_dir or Path(".corral") / "runs" / f"{self.name}-{stamp}"
+        ).resolve()
+        self.parts = proc.Parts(self.state_dir / "logs")
+        self.driver: SessionDriver | None = None
+        self.interrupted = False
+        self._token = ""
+        self._abort_task: asyncio.Task[None] | None = None
+
+    def _route(self) -> ModelRoute:
+        key = os.environ.get("ANTHROPIC_API_KEY") or None
+        if key:
+            base = os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
+            return ModelRoute(base.rstrip("/"), key, None, scripted=False)
+        return ModelRoute("", None, SCRIPTED_MODEL, scripted=True)
+
+    async def _start(self, workspace: Path, route: ModelRoute) -> str:
+        """Start the model (when scripted), the custodian and the harness; the harness's URL."""
+        if route.scripted:
+            route.upstream = await self._start_scripted_model()
+        else:
+            self.view.note(f"model: {self.agent.spec.model} at {route.upstream}")
+        custodian = await self._start_custodian(workspace, route)
+        return await self._start_harness(workspace, custodian)
+
+    async def _start_scripted_model(self) -> str:
+        scenario = _scenario(self.args)
+        port = proc.free_port()
+        argv = proc.scripted_argv(port, scenario)
+        model = self.parts.start("scripted-model", argv, proc.base_env(), port)
+        await self.parts.wait_ready(model, "/_requests")
+        self.view.note(f"model: the scripted demo model playing {scenario}")
+        return model.url
+
+    async def _start_custodian(self, workspace: Path, route: ModelRoute) -> str:
+        """The custodian holds the model key; nothing else in the run is given it."""
+        spec = self.session.spec
+        port = proc.free_port()
+        env = proc.base_env() | {
+            "CORRAL_CUSTODIAN_ADDR": f"127.0.0.1:{port}",
+            "CORRAL_UPSTREAM_URL": route.upstream,
+            "CORRAL_SESSION_NAME": self.name,
+            "CORRAL_SESSION_NAMESPACE": "local",
+            "CORRAL_SESSION_UID": str(self.session.metadata.get("uid") or uuid.uuid4()),
+            "CORRAL_STATE_DIR": str(self.state_dir / "custodian"),
+            "CORRAL_AGENT_SPEC_JSON": json.dumps(self.agent.spec.wire()),
+            "CORRAL_WORKSPACE": str(workspace),
+        }
+        if route.key:
+            key_file = _secret_file(self.state_dir / "secrets" / "model-key", route.key)
+            env["CORRAL_MODEL_KEY_FILE"] = str(key_file)
+        if spec.workspace.branch:
+            env["CORRAL_SESSION_BRANCH"] = spec.workspace.branch
+        if spec.read_only:
+            env["CORRAL_READ_ONLY"] = "1"
+        custodian = self.parts.start("custodian", proc.part_argv(proc.CUSTODIAN), env, port)
+        await self.parts.wait_ready(custodian)
+        return custodian.url
+
+    async def _start_harness(self, workspace: Path, custodian_url: str) -> str:
+        self._token = secrets.token_urlsafe(32)
+        token_file = _secret_file(self.state_dir / "secrets" / "wire-token", self._token)
+        port = proc.free_port()
+        env = proc.base_env() | {
+            "CORRAL_HARNESS_ADDR": f"127.0.0.1:{port}",
+            "CORRAL_STATE_DIR": str(self.state_dir / "harness"),
+            "CORRAL_GRANTED_ROOT": str(workspace),
+            "CORRAL_WIRE_TOKEN_FILE": str(token_file),
+            "CORRAL_READ_ONLY": "1" if self.session.spec.read_only else "",
+            "CORRAL_CUSTODIAN_URL": custodian_url,
+            "ANTHROPIC_BASE_URL": custodian_url,
+        }
+        harness = self.parts.start("harness", proc.part_argv(proc.HARNESS), env, port)
+        await self.parts.wait_ready(harness)
+        return harness.url
+
+    async def drive(self, workspace: Path) -> DriverOutcome:
+        route = self._route()
+        spec = self.session.spec
+        if route.model_override:
+            current = spec.overrides or SessionOverrides()
+            spec = spec.model_copy(
+                update={"overrides": current.model_copy(update={"model": route.model_override})}
+            )
+        harness_url = await self._start(workspace, route)
+        record = RunRecord(self.state_dir)
+        desk = ApprovalDesk(
+            self.state_dir / "harness" / "approvals",
+            self.args.approvals or default_mode(self.args.json),
+            self.view.note,
+            self.view.prompt,
+        )
+
+        def on_event(event: dict[str, Any]) -> None:
+            record.record(event)
+            self.view.event(event)
+            desk.on_event(event)
+
+        client = WireClient(harness_url, spec.agent_ref, token=self._token)
+        async with client:
+            self.driver = SessionDriver(
+                client, LocalTurnStore(self.state_dir), self.agent.spec, spec, self.name, on_event
+            )
+            try:
+                return await self.driver.run()
+            finally:
+                desk.cancel()
+
+    def on_interrupt(self) -> None:
+        """The first Ctrl-C: abort the turn through the wire and let the driver record it."""
+        if self.driver is None or self.interrupted:
+            return
+        self.interrupted = True
+        self.view.note("interrupted: aborting the turn through the wire…")
+        self._abort_task = asyncio.get_running_loop().create_task(self.driver.abort())
+
+
+async def _main(run: LocalRun, workspace: Path) -> DriverOutcome:
+    loop = asyncio.get_running_loop()
+    main_task = asyncio.current_task()
+
+    def interrupt() -> None:
+        if (run.interrupted or run.driver is None) and main_task is not None:
+            # Still starting (nothing admitted, nothing to abort), or a second Ctrl-C: stop
+            # waiting for the settlement.
+            run.interrupted = True
+            main_task.cancel()
+            return
+        run.on_interrupt()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, interrupt)
+    try:
+        return await run.drive(workspace)
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def run_command(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    err = sys.stderr
+    try:
+        found = load_manifests([*args.agent_files, *args.files])
+        search = list(dict.fromkeys(f.resolve().parent for f in args.files))
+        session, agent = pick_session(found, search)
+    except ManifestError as exc:
+        print(f"error: {exc}", file=err)
+        return EXIT_INVALID
+    name = str(session.metadata["name"])
+    view = choose_view(f"corral run · {name}", json_lines=args.json)
+    run = LocalRun(args, session, agent, view)
+    outcome: DriverOutcome | None = None
+    code = EXIT_FAILED
+    with view:
+        for ignored in found.ignored:
+            view.note(f"{ignored} is not run locally; ignored")
+        view.note(f"state directory: {run.state_dir}")
+        try:
+            if args.workspace is not None:
+                workspace = args.workspace.resolve()
+                if not workspace.is_dir():
+                    print(f"error: --workspace {args.workspace} is not a directory", file=err)
+                    return EXIT_INVALID
+            else:
+                base = args.files[-1].resolve().parent
+                workspace = prepare_workspace(
+                    session.spec.workspace, base, run.state_dir / "workspace", name
+                )
+            view.note(f"workspace: {workspace}")
+            outcome = asyncio.run(_main(run, workspace))
+        except (WorkspaceError, ManifestError) as exc:
+            print(f"error: {exc}", file=err)
+            code = EXIT_INVALID
+        except proc.StartFailed as exc:
+            print(f"error: {exc}", file=err)
+        except WireFault as exc:
+            print(f"error: the harness refused: {exc}", file=err)
+        except (KeyboardInterrupt, asyncio.CancelledError):
+            code = EXIT_INTERRUPTED
+            view.note(
+                "stopped without waiting for a settlement; `corral run` with the same "
+                "--state-dir picks up from state.json (re-attaching to a turn in its ledger)"
+            )
+        finally:
+            run.parts.stop()
+        if outcome is not None:
+            if outcome.succeeded:
+                code = EXIT_OK
+            elif outcome.phase == "Stopped" and run.interrupted:
+                code = EXIT_INTERRUPTED
+            view.outcome(
+                {
+                    "phase": outcome.phase,
+                    "message": outcome.message,
+                    "turns": outcome.turns,
+                    "usage": outcome.usage.wire(),
+                    "stateDir": str(run.state_dir),
+                    "exitCode": code,
+                }
+            )
+        view.note(f"record: {run.state_dir} (state.json, ledger.jsonl, transcript.jsonl)")
+    return code

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The demo `make demo` runs: the example Session on a fresh copy of the example repository.
+#
+# It copies examples/demo/repo to a temporary directory, makes it a git repository with one
+# commit, and runs `corral run` on it. With no ANTHROPIC_API_KEY the scripted demo model plays
+# examples/demo/scenario.yaml, so it needs no network and no cluster; with a key, Claude works
+# on the same task. Afterwards it shows what the agent changed and where the record is.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+corral="${CORRAL_BIN:-$root/.venv/bin/corral}"
+if [[ ! -x "$corral" ]]; then
+  corral="$(command -v corral || true)"
+fi
+if [[ -z "$corral" ]]; then
+  echo "demo: no corral command; run 'make demo' (it installs one into .venv)" >&2
+  exit 2
+fi
+
+workspace="$(mktemp -d "${TMPDIR:-/tmp}/corral-demo.XXXXXX")"
+cp -R "$root/examples/demo/repo/." "$workspace/"
+git -C "$workspace" init -q -b main
+git -C "$workspace" add -A
+git -C "$workspace" -c user.name=corral -c user.email=corral@localhost \
+  commit -q -m "The example repository, before the agent"
+
+state_dir="${CORRAL_DEMO_STATE_DIR:-$root/.corral/runs/demo-$(date +%Y%m%d-%H%M%S)}"
+echo "demo: workspace $workspace (a copy of examples/demo/repo)"
+if [[ -z "${ANTHROPIC_API_KEY:-}" ]]; then
+  echo "demo: no ANTHROPIC_API_KEY, so the scripted demo model plays examples/demo/scenario.yaml"
+fi
+
+status=0
+"$corral" run -f "$root/examples/session.yaml" --workspace "$workspace" \
+  --state-dir "$state_dir" "$@" || status=$?
+
+echo
+echo "demo: what the agent changed in $workspace:"
+git -C "$workspace" --no-pager diff --stat
+git -C "$workspace" --no-pager diff
+echo "demo: the record of the session is in $state_dir"
+echo "      state.json (phase, turns, usage), ledger.jsonl (one receipt per turn),"
+echo "      transcript.jsonl (every wire event), logs/ (the model, custodian and harness)"
+exit "$status"

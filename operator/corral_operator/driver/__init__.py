@@ -1,0 +1,52 @@
+"""The turn driver: one implementation of "drive a session's turns", shared by the operator and
+`corral run`. Pure except for what it is handed: a `WirePort` (the harness) and a `TurnStore`."""
+
+from ._decide import (
+    decide_after_settlement,
+    evaluate_exit,
+    evaluate_substring,
+    follow_up_message,
+    needs_evaluation,
+)
+from ._faults import (
+    AdmissionRejected,
+    ConversationLost,
+    SettlementFault,
+    WireFault,
+    WireRequestFailed,
+)
+from ._ports import CheckResult, EventSink, TurnStore, WirePort
+from ._session import SessionDriver, resume_message
+from ._state import (
+    FINAL_PHASES,
+    Decision,
+    DriverOutcome,
+    DriverState,
+    EvaluationResult,
+    add_usage,
+)
+
+__all__ = [
+    "FINAL_PHASES",
+    "AdmissionRejected",
+    "CheckResult",
+    "ConversationLost",
+    "Decision",
+    "DriverOutcome",
+    "DriverState",
+    "EvaluationResult",
+    "EventSink",
+    "SessionDriver",
+    "SettlementFault",
+    "TurnStore",
+    "WireFault",
+    "WirePort",
+    "WireRequestFailed",
+    "add_usage",
+    "decide_after_settlement",
+    "evaluate_exit",
+    "evaluate_substring",
+    "follow_up_message",
+    "needs_evaluation",
+    "resume_message",
+]

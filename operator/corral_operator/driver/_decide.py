@@ -1,0 +1,124 @@
+"""The driver's judgement after each settlement, as pure functions.
+
+Settlement meanings (seed 004): `completed` means the run returned and the turn is open to be
+judged; `ended` means the turn's own pick ended it; `failed` means the run threw; `aborted` means
+something else ended it. The evaluation guard (seed 003) judges a completed turn: pass stops the
+session, fail gives it another turn with the same agent until the guard's turn budget (or the
+agent's turn limit) is spent, and then the session stops as failed.
+"""
+
+from __future__ import annotations
+
+from corral_api.kinds import AgentSpec, SessionPhase, SessionSpec
+from corral_api.wire import SettledEvent
+
+from ._state import Decision, DriverState, EvaluationResult
+
+_OUTPUT_TAIL = 1500
+
+
+def needs_evaluation(settled: SettledEvent, pick: str | None) -> bool:
+    """Whether the guard judges this settlement (only a turn that ran to its end)."""
+    if settled.status == "completed":
+        return True
+    return settled.status == "ended" and _waiting_phase(pick) is None
+
+
+def evaluate_substring(expected: str, text: str) -> EvaluationResult:
+    passed = expected in text
+    verdict = "found" if passed else "not found"
+    return EvaluationResult(passed, f"substring {expected!r} {verdict} in the answer")
+
+
+def evaluate_exit(command: str, exit_code: int, output: str, timed_out: bool) -> EvaluationResult:
+    tail = output[-_OUTPUT_TAIL:]
+    if timed_out:
+        return EvaluationResult(False, f"`{command}` timed out", tail)
+    verdict = "passed" if exit_code == 0 else "failed"
+    return EvaluationResult(exit_code == 0, f"`{command}` {verdict} (exit {exit_code})", tail)
+
+
+def follow_up_message(evaluation: EvaluationResult, turns_left: int) -> str:
+    """The message that opens the next turn after a failed evaluation."""
+    lines = [
+        f"The check run after your last turn did not pass: {evaluation.summary}.",
+    ]
+    if evaluation.detail.strip():
+        lines += ["Its output ends with:", "```", evaluation.detail.rstrip(), "```"]
+    lines.append(f"Keep working on the task until the check passes ({turns_left} turn(s) left).")
+    return "\n".join(lines)
+
+
+def _waiting_phase(pick: str | None) -> SessionPhase | None:
+    """A pick that hands the session to someone else names the phase it waits in."""
+    if pick is None:
+        return None
+    name = pick.removeprefix("mcp__corral__")
+    if "approval" in name:
+        return "WaitingForHuman"
+    if "wait" in name:
+        return "WaitingForChildren"
+    return None
+
+
+def decide_after_settlement(
+    *,
+    state: DriverState,
+    settled: SettledEvent,
+    agent: AgentSpec,
+    session: SessionSpec,
+    evaluation: EvaluationResult | None = None,
+    abort_requested: bool = False,
+    pick: str | None = None,
+) -> Decision:
+    """Decide what follows a settlement.
+
+    `state` already counts the settled turn (`turns`, and `evaluation_turns` when `evaluation`
+    is given). `pick` names the Menu tool whose call ended the turn, when one did.
+    """
+    turn = state.turns
+    error = f"{settled.error.type}: {settled.error.message}" if settled.error else "no error given"
+    if settled.status == "aborted":
+        if abort_requested:
+            return Decision("finish", "Stopped", f"turn {turn} aborted on request")
+        return Decision("finish", "Failed", f"turn {turn} was aborted ({error})")
+    if settled.status == "failed":
+        return Decision("finish", "Failed", f"turn {turn} failed ({error})")
+    if abort_requested:
+        return Decision("finish", "Stopped", f"stopped on request after turn {turn}")
+    waiting = _waiting_phase(pick) if settled.status == "ended" else None
+    if waiting is not None:
+        return Decision("finish", waiting, f"turn {turn} ended by its pick {pick}")
+
+    guard = session.evaluation
+    if guard is None:
+        return Decision("finish", "Succeeded", f"turn {turn} {settled.status}")
+    if evaluation is None:
+        raise ValueError("the session has an evaluation guard, but no evaluation was given")
+    if evaluation.passed:
+        return Decision(
+            "finish", "Succeeded", f"evaluation passed on turn {turn}: {evaluation.summary}"
+        )
+    budget_left = guard.turn_budget - state.evaluation_turns
+    limit_left = agent.limits.max_turns - state.turns
+    if budget_left <= 0:
+        return Decision(
+            "finish",
+            "Failed",
+            f"evaluation failed on turn {turn} and its turn budget of {guard.turn_budget} "
+            f"is spent: {evaluation.summary}",
+        )
+    if limit_left <= 0:
+        return Decision(
+            "finish",
+            "Failed",
+            f"evaluation failed on turn {turn} and the agent's limit of "
+            f"{agent.limits.max_turns} turns is reached: {evaluation.summary}",
+        )
+    turns_left = min(budget_left, limit_left)
+    return Decision(
+        "continue",
+        "Running",
+        f"evaluation failed on turn {turn}, trying again: {evaluation.summary}",
+        follow_up=follow_up_message(evaluation, turns_left),
+    )

@@ -1,0 +1,87 @@
+"""What the driver remembers between turns, and what it hands back at the end.
+
+`DriverState` mirrors the driver's fields of `SessionStatus` (same names, same camelCase), so
+the operator's store can merge it into a Session's status and the local store can write it as
+JSON. `phase`, `ledger` and `turns` are enough to resume: a ledger means a submission is in
+flight (re-attach, never admit twice); no ledger with a non-final phase means the next turn is
+still to be admitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+from corral_api.kinds import AdmissionLedger, SessionPhase, SettlementRecord, Usage
+from corral_api.wire import WireUsage
+
+FINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed", "Stopped"})
+
+
+class DriverState(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    phase: SessionPhase = "Pending"
+    turns: int = Field(default=0, ge=0)
+    ledger: AdmissionLedger | None = None
+    last_settlement: SettlementRecord | None = None
+    usage: Usage = Field(default_factory=Usage)
+    evaluation_turns: int = Field(default=0, ge=0)
+    message: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in FINAL_PHASES
+
+    def status_patch(self) -> dict[str, Any]:
+        """The fields as a Session's status spells them (camelCase, JSON types)."""
+        return self.model_dump(by_alias=True, mode="json")
+
+
+def add_usage(total: Usage, turn: WireUsage | None) -> Usage:
+    if turn is None:
+        return total
+    return Usage(
+        input_tokens=total.input_tokens + turn.input,
+        output_tokens=total.output_tokens + turn.output,
+        cache_read_tokens=total.cache_read_tokens + turn.cacheRead,
+        cache_write_tokens=total.cache_write_tokens + turn.cacheWrite,
+        cost=round(total.cost + turn.cost, 10),
+    )
+
+
+@dataclass(frozen=True)
+class EvaluationResult:
+    """One run of the evaluation guard's test after a turn."""
+
+    passed: bool
+    summary: str  # one line: what was checked and how it came out
+    detail: str = ""  # e.g. the tail of the command's output, for the follow-up message
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What happens after a settlement: admit another turn, or finish in `phase`."""
+
+    action: Literal["continue", "finish"]
+    phase: SessionPhase
+    message: str
+    follow_up: str | None = None
+
+
+@dataclass(frozen=True)
+class DriverOutcome:
+    phase: SessionPhase
+    message: str
+    turns: int
+    usage: Usage
+    text: str = ""  # the last settled turn's final answer
+
+    @property
+    def succeeded(self) -> bool:
+        return self.phase == "Succeeded"
