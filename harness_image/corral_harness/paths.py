@@ -9,11 +9,11 @@ human instead of guessing.
 from __future__ import annotations
 
 import os
-from enum import Enum
+from enum import StrEnum
 from pathlib import Path
 
 
-class PathVerdict(str, Enum):
+class PathVerdict(StrEnum):
     INSIDE = "inside"
     OUTSIDE = "outside"
     UNCERTAIN = "uncertain"

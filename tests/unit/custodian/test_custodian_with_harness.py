@@ -23,7 +23,7 @@ MODEL_KEY = "sk-ant-only-in-the-custodian-4242"
 AGENT = {
     "identity": "You are a test agent.",
     "model": "corral-scripted",
-    "tools": {"allow": ["bash"]},
+    "tools": {"allow": ["bash", "mcp__corral__*"]},
 }
 
 

@@ -1,0 +1,85 @@
+"""The harness's settings, read from the environment once at start (DESIGN §8)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _float(env: dict[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+    if value < 0:
+        raise ConfigError(f"{name} must not be negative")
+    return value
+
+
+def _flag(env: dict[str, str], name: str, default: bool) -> bool:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    if raw.lower() in ("1", "true", "yes", "on"):
+        return True
+    if raw.lower() in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name} must be 1 or 0, got {raw!r}")
+
+
+@dataclass(frozen=True)
+class HarnessConfig:
+    host: str = "0.0.0.0"
+    port: int = 8080
+    state_dir: Path = Path(".corral/harness-state")
+    granted_root: Path = Path("/workspace")
+    token_file: Path | None = None
+    custodian_url: str | None = None
+    read_only: bool = False
+    model_base_url: str | None = None
+    # Waits and caps; the defaults are the design's, tests shorten them.
+    pick_sweep_seconds: float = 10.0
+    stream_idle_seconds: float = 120.0
+    stream_cap_seconds: float = 300.0
+    retry_backoff_seconds: float = 1.0
+    model_retries: int = 2
+    bash_timeout_seconds: float = 120.0
+    durable: bool = True  # fsync every record of the conversation log
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> HarnessConfig:
+        env = dict(os.environ if env is None else env)
+        addr = env.get("CORRAL_HARNESS_ADDR", "0.0.0.0:8080")
+        host, sep, port_text = addr.rpartition(":")
+        if not sep or not port_text.isdigit():
+            raise ConfigError(f"CORRAL_HARNESS_ADDR must be host:port, got {addr!r}")
+        root = Path(env.get("CORRAL_GRANTED_ROOT", "/workspace"))
+        if not root.is_dir():
+            raise ConfigError(f"CORRAL_GRANTED_ROOT {str(root)!r} is not a directory")
+        token = env.get("CORRAL_WIRE_TOKEN_FILE") or None
+        custodian = (env.get("CORRAL_CUSTODIAN_URL") or "").rstrip("/") or None
+        return cls(
+            host=host.strip("[]") or "0.0.0.0",
+            port=int(port_text),
+            state_dir=Path(env.get("CORRAL_STATE_DIR") or ".corral/harness-state"),
+            granted_root=root,
+            token_file=Path(token) if token else None,
+            custodian_url=custodian,
+            read_only=_flag(env, "CORRAL_READ_ONLY", False),
+            model_base_url=env.get("ANTHROPIC_BASE_URL") or None,
+            pick_sweep_seconds=_float(env, "CORRAL_PICK_SWEEP_SECONDS", 10.0),
+            stream_idle_seconds=_float(env, "CORRAL_STREAM_IDLE_SECONDS", 120.0),
+            stream_cap_seconds=_float(env, "CORRAL_STREAM_CAP_SECONDS", 300.0),
+            retry_backoff_seconds=_float(env, "CORRAL_RETRY_BACKOFF_SECONDS", 1.0),
+            model_retries=int(_float(env, "CORRAL_MODEL_RETRIES", 2)),
+            bash_timeout_seconds=_float(env, "CORRAL_BASH_TIMEOUT_SECONDS", 120.0),
+            durable=_flag(env, "CORRAL_DURABLE", True),
+        )

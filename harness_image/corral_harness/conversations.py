@@ -1,0 +1,394 @@
+"""Conversations: the per-conversation queue, the abort sweep, settlements and the event stream.
+
+A conversation runs its submissions one at a time in admission order; a submission runs when it
+is the first unsettled one. An abort sweeps the active submission and everything queued at that
+moment, settling them in admission order. The active one settles `ended` when the sweep says
+`{cause: "pick", submissionId: <its id>}`, else `aborted`; queued ones always settle `aborted`.
+Everything is written to the conversation log as it happens and replayed on boot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from corral_api.kinds import AgentSpec, SettlementStatus
+
+from . import metrics
+from .engine.messages import for_provider, tool_result_block
+from .engine.seam import DID_NOT_RUN
+from .store import ConversationLog, conversation_dir, conversation_dirs
+
+log = logging.getLogger("corral.harness")
+
+SweepStatus = Literal["ended", "aborted"]
+BACKGROUND_SYNC_SECONDS = 0.02
+POLL_BATCH_SECONDS = 0.005
+
+
+@dataclass
+class Submission:
+    id: str
+    message: str
+    model: str
+    thinking_level: str
+    agent: AgentSpec
+    turn: int | None = None
+    started: bool = False
+    settled: bool = False
+    # Set when a sweep names this submission's fate; the turn watches it.
+    sweep: asyncio.Future[SweepStatus] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    swept_queue: list[Submission] = field(default_factory=list)
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def record(self) -> dict[str, Any]:
+        return {
+            "k": "sub",
+            "id": self.id,
+            "message": self.message,
+            "model": self.model,
+            "thinking": self.thinking_level,
+            "agent": self.agent.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "turn": self.turn,
+        }
+
+
+Runner = Callable[["Conversation", Submission], Awaitable[None]]
+
+
+class Conversation:
+    def __init__(self, agent: str, conversation: str, log_: ConversationLog, runner: Runner):
+        self.agent = agent
+        self.id = conversation
+        self.log = log_
+        self._runner = runner
+        self.events: list[dict[str, Any]] = []
+        self._event_records: list[int] = []  # the log record of each event (0: replayed)
+        self._syncer: asyncio.TimerHandle | None = None
+        self._pending_syncs: set[asyncio.Future[None]] = set()
+        self.transcript: list[dict[str, Any]] = []
+        self.submissions: dict[str, Submission] = {}
+        self.queue: deque[Submission] = deque()
+        self.active: Submission | None = None
+        self._grew: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._worker: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------------------- the stream
+
+    def emit(self, type_: str, submission_id: str, **fields: Any) -> dict[str, Any]:
+        event = {
+            "offset": len(self.events),
+            "type": type_,
+            "submissionId": submission_id,
+            "ts": round(time.time(), 6),
+            **fields,
+        }
+        self.events.append(event)
+        self._event_records.append(self.log.append({"k": "ev", "e": event}))
+        self._sync_soon()
+        if not self._grew.done():
+            self._grew.set_result(None)
+        self._grew = asyncio.get_running_loop().create_future()
+        return event
+
+    def _sync_soon(self) -> None:
+        """Schedule a background group commit shortly, covering every record written by then.
+
+        Readers of the wire force a sync themselves; this one bounds how long a record can sit
+        unsynced when nobody is reading, and batches a step's records into one fdatasync.
+        """
+        if self.log.durable and self._syncer is None:
+            self._syncer = asyncio.get_running_loop().call_later(
+                BACKGROUND_SYNC_SECONDS, self._sync_now
+            )
+
+    def _sync_now(self) -> None:
+        self._syncer = None
+        task = asyncio.ensure_future(self.log.sync_until(self.log.written))
+        self._pending_syncs.add(task)
+        task.add_done_callback(self._pending_syncs.discard)
+
+    async def durable(self) -> None:
+        """Return once everything recorded so far is on disk."""
+        await self.log.sync_until(self.log.written)
+
+    async def events_after(self, offset: int, wait: float) -> list[dict[str, Any]]:
+        """Events from `offset` on, only those on disk; with `wait`, long-poll for one."""
+        if len(self.events) <= offset and wait > 0:
+            deadline = time.monotonic() + wait
+            while len(self.events) <= offset:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(self._grew), left)
+            if len(self.events) > offset:
+                # Woken by a fresh event: give the rest of its step a moment to join it, so a
+                # follower makes one request per step rather than one per event.
+                await asyncio.sleep(POLL_BATCH_SECONDS)
+        end = len(self.events)
+        if end > offset:
+            await self.log.sync_until(self._event_records[end - 1])
+            # Events that reached the disk with the same sync go out in the same answer.
+            while end < len(self.events) and self._event_records[end] <= self.log.synced:
+                end += 1
+        return self.events[offset:end]
+
+    # --------------------------------------------------------------------------- the transcript
+
+    def add_message(self, message: dict[str, Any]) -> None:
+        self.transcript.append(message)
+        self.log.append({"k": "tx", "op": "append", "m": message})
+
+    def add_tool_result(self, block: dict[str, Any]) -> None:
+        _join_result(self.transcript, block)
+        self.log.append({"k": "tx", "op": "result", "b": block})
+
+    # --------------------------------------------------------------------------- the queue
+
+    def admit(self, sub: Submission) -> int:
+        """Queue a submission; returns the offset its events start after."""
+        self.submissions[sub.id] = sub
+        self.log.append(sub.record())
+        offset = len(self.events)
+        self.queue.append(sub)
+        self._ensure_worker()
+        return offset
+
+    def _ensure_worker(self) -> None:
+        if self._worker is None or self._worker.done():
+            self._worker = asyncio.get_running_loop().create_task(self._drain())
+
+    async def _drain(self) -> None:
+        while self.queue:
+            sub = self.queue.popleft()
+            self.active = sub
+            try:
+                sub.started = True
+                self.emit("submission_started", sub.id)
+                await self._runner(self, sub)
+            except Exception as exc:  # a bug must not wedge the conversation
+                log.exception("submission %s crashed", sub.id)
+                if not sub.settled:
+                    self.settle(sub, "failed", error={"type": "harness_error", "message": str(exc)})
+            finally:
+                if not sub.settled:
+                    self.settle(sub, "failed", error=_STOPPED)  # the harness is stopping
+                for queued in sub.swept_queue:
+                    self.settle(queued, "aborted", error=_aborted("swept by an abort"))
+                self.active = None
+
+    def settle(
+        self,
+        sub: Submission,
+        status: SettlementStatus,
+        *,
+        error: dict[str, str] | None = None,
+        usage: dict[str, Any] | None = None,
+        text: str = "",
+        receipt: dict[str, Any] | None = None,
+    ) -> None:
+        if sub.settled:
+            return
+        sub.settled = True
+        fields: dict[str, Any] = {"status": status, "text": text}
+        if error is not None:
+            fields["error"] = error
+        if usage is not None:
+            fields["usage"] = usage
+        if receipt is not None:
+            fields["receipt"] = receipt
+        self.emit("settled", sub.id, **fields)
+        metrics.SUBMISSIONS.labels(status).inc()
+        sub.done.set()
+
+    async def abort(self, cause: str | None, submission_id: str | None) -> bool:
+        """The sweep. Returns once every swept submission has settled."""
+        active = self.active if self.active is not None and not self.active.settled else None
+        if active is None and not self.queue:
+            return False
+        swept = list(self.queue)
+        self.queue.clear()
+        if active is None:
+            for sub in swept:
+                self.settle(sub, "aborted", error=_aborted("swept by an abort"))
+            return True
+        status: SweepStatus = (
+            "ended" if cause == "pick" and submission_id == active.id else "aborted"
+        )
+        active.swept_queue.extend(swept)
+        if not active.sweep.done():
+            active.sweep.set_result(status)
+        await active.done.wait()
+        # The worker settles the swept queue right after the active one; wait for the last.
+        for sub in swept:
+            await sub.done.wait()
+        return True
+
+    # ------------------------------------------------------------------------------- rebuild
+
+    def replay(self, records: list[dict[str, Any]]) -> None:
+        for record in records:
+            kind = record.get("k")
+            if kind == "sub":
+                agent = AgentSpec.model_validate(record["agent"])
+                sub = Submission(
+                    record["id"],
+                    record["message"],
+                    record["model"],
+                    record["thinking"],
+                    agent,
+                    record.get("turn"),
+                )
+                self.submissions[sub.id] = sub
+            elif kind == "ev":
+                event = record["e"]
+                self.events.append(event)
+                self._event_records.append(0)
+                sub_ = self.submissions.get(event["submissionId"])
+                if sub_ is not None and event["type"] == "submission_started":
+                    sub_.started = True
+                if sub_ is not None and event["type"] == "settled":
+                    sub_.settled = True
+                    sub_.done.set()
+            elif kind == "tx" and record.get("op") == "append":
+                self.transcript.append(record["m"])
+            elif kind == "tx" and record.get("op") == "result":
+                _join_result(self.transcript, record["b"])
+
+    def recover(self) -> None:
+        """After replay: fail what was in flight, answer its open calls, resume the queue."""
+        for sub in self.submissions.values():
+            if sub.settled:
+                continue
+            if sub.started:
+                self._answer_open_calls()
+                self.settle(
+                    sub,
+                    "failed",
+                    error={
+                        "type": "harness_restarted",
+                        "message": "the harness restarted while this submission was in flight",
+                    },
+                )
+            else:
+                self.queue.append(sub)
+        if self.queue:
+            self._ensure_worker()
+
+    def _answer_open_calls(self) -> None:
+        if not self.transcript:
+            return
+        # Find the last assistant message and give each of its unanswered calls a result.
+        for index in range(len(self.transcript) - 1, -1, -1):
+            if self.transcript[index].get("role") == "assistant":
+                break
+        else:
+            return
+        asked = [
+            b["id"]
+            for b in self.transcript[index].get("content", [])
+            if b.get("type") == "tool_use"
+        ]
+        answered = {
+            b.get("tool_use_id")
+            for m in self.transcript[index + 1 :]
+            for b in (m.get("content") or [])
+            if isinstance(b, dict)
+            if b.get("type") == "tool_result"
+        }
+        for uid in asked:
+            if uid not in answered:
+                self.add_tool_result(tool_result_block(uid, DID_NOT_RUN, True))
+
+    def provider_messages(self) -> list[dict[str, Any]]:
+        return for_provider(self.transcript)
+
+    async def close(self) -> None:
+        if self._syncer is not None:
+            self._syncer.cancel()
+        if self._worker is not None and not self._worker.done():
+            self._worker.cancel()
+            with contextlib.suppress(BaseException):
+                await self._worker
+        self.log.close()
+
+
+_STOPPED = {
+    "type": "harness_stopped",
+    "message": "the harness stopped while this submission was in flight",
+}
+
+
+def _aborted(message: str) -> dict[str, str]:
+    return {"type": "submission_aborted", "message": message}
+
+
+def _join_result(transcript: list[dict[str, Any]], block: dict[str, Any]) -> None:
+    last = transcript[-1] if transcript else None
+    if (
+        last is not None
+        and last.get("role") == "user"
+        and isinstance(last.get("content"), list)
+        and last.get("tool_results", False)
+    ):
+        last["content"].append(block)
+    else:
+        transcript.append({"role": "user", "content": [block], "tool_results": True})
+
+
+class Registry:
+    """Every conversation this harness holds, keyed by (agent, conversation)."""
+
+    def __init__(self, state_dir: Path, runner: Runner, *, durable: bool) -> None:
+        self.state_dir = state_dir
+        self.runner = runner
+        self.durable = durable
+        self._conversations: dict[tuple[str, str], Conversation] = {}
+
+    def get(self, agent: str, conversation: str) -> Conversation | None:
+        return self._conversations.get((agent, conversation))
+
+    def create(self, agent: str, conversation: str) -> Conversation:
+        key = (agent, conversation)
+        conv = self._conversations.get(key)
+        if conv is None:
+            directory = conversation_dir(self.state_dir, agent, conversation)
+            conv = Conversation(
+                agent, conversation, ConversationLog(directory, durable=self.durable), self.runner
+            )
+            self._conversations[key] = conv
+        return conv
+
+    def load(self) -> int:
+        """Rebuild every stored conversation; returns how many."""
+        count = 0
+        for agent, conversation, directory in conversation_dirs(self.state_dir):
+            log_ = ConversationLog(directory, durable=self.durable)
+            conv = Conversation(agent, conversation, log_, self.runner)
+            conv.replay(list(log_.records()))
+            self._conversations[(agent, conversation)] = conv
+            conv.recover()
+            count += 1
+        return count
+
+    def all(self) -> list[Conversation]:
+        return list(self._conversations.values())
+
+    async def close(self) -> None:
+        for conv in self._conversations.values():
+            await conv.close()
+
+
+def new_submission_id() -> str:
+    return f"sub_{uuid.uuid4().hex}"

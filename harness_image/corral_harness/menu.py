@@ -1,0 +1,88 @@
+"""The Menu: control tools served by the custodian, read afresh for every submission.
+
+`GET $CORRAL_CUSTODIAN_URL/agents/{conversation}/surface` lists them; calling one is
+`POST .../tools/{name}` with the input as the body, answered {content, isError, endsTurn}. The
+model sees each as `mcp__corral__<name>`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .seams import ToolSpec
+
+if TYPE_CHECKING:
+    import httpx
+
+PREFIX = "mcp__corral__"
+
+
+class MenuUnavailable(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class MenuAnswer:
+    content: str
+    is_error: bool
+    ends_turn: bool
+
+
+class MenuClient:
+    def __init__(self, base_url: str | None, timeout: float = 30.0) -> None:
+        self.base_url = base_url
+        self._client: httpx.AsyncClient | None = None
+        if base_url:
+            # Imported here: a harness without a custodian should not pay for it at start.
+            self._httpx = importlib.import_module("httpx")
+            self._client = self._httpx.AsyncClient(timeout=timeout)
+
+    async def surface(self, conversation: str) -> list[ToolSpec]:
+        if self._client is None:
+            return []
+        try:
+            response = await self._client.get(f"{self.base_url}/agents/{conversation}/surface")
+            response.raise_for_status()
+            tools = response.json()["tools"]
+            return [
+                ToolSpec(
+                    name=PREFIX + str(t["name"]),
+                    description=str(t.get("description", "")).splitlines()[0][:300]
+                    if t.get("description")
+                    else str(t["name"]),
+                    input_schema=dict(t.get("input_schema") or {"type": "object"}),
+                    kind="menu",
+                    instructions=str(t.get("description", "")),
+                    pick=bool(t.get("pick", False)),
+                )
+                for t in tools
+            ]
+        except (self._httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
+            raise MenuUnavailable(f"the Menu could not be read from the custodian: {exc}") from exc
+
+    async def invoke(
+        self, conversation: str, name: str, args: dict[str, Any], submission_id: str = ""
+    ) -> MenuAnswer:
+        if self._client is None:
+            return MenuAnswer("no custodian is configured for this harness", True, False)
+        bare = name.removeprefix(PREFIX)
+        try:
+            response = await self._client.post(
+                f"{self.base_url}/agents/{conversation}/tools/{bare}",
+                json=args,
+                headers={"X-Corral-Submission": submission_id} if submission_id else None,
+            )
+            body = response.json()
+            return MenuAnswer(
+                str(body.get("content", "")),
+                bool(body.get("isError", response.status_code >= 400)),
+                bool(body.get("endsTurn", False)),
+            )
+        except (self._httpx.HTTPError, ValueError, AttributeError) as exc:
+            return MenuAnswer(f"the Menu tool {bare} could not be reached: {exc}", True, False)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()

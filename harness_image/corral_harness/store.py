@@ -1,0 +1,95 @@
+"""The conversation log: one append-only JSON-lines file per conversation in the state dir.
+
+Each line is one record: `sub` (an admitted submission), `ev` (a wire event), `tx` (a
+transcript change: `append` a message, or `result` a tool_result block that joins the trailing
+user message). Replaying the lines rebuilds the conversation. A torn last line (a crash mid
+write) is ignored.
+
+Durability is a group commit: `append` writes the record at once, and `sync_until(n)` returns
+when record n is on disk (fdatasync in a worker thread, one sync covering every record written
+before it started). The wire awaits it before an admission is answered and before any event is
+shown to a client, so nothing a client has seen can vanish in a crash; the turn itself does not
+wait for the disk.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+LOG_NAME = "log.jsonl"
+
+
+class ConversationLog:
+    def __init__(self, directory: Path, *, durable: bool) -> None:
+        self.directory = directory
+        self.path = directory / LOG_NAME
+        self.durable = durable
+        self._fd: int | None = None
+        self.written = 0  # records appended by this process
+        self.synced = 0  # records known to be on disk
+        self._lock: asyncio.Lock | None = None
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+    def append(self, record: dict[str, Any]) -> int:
+        """Write one record; returns its number for `sync_until`."""
+        if self._fd is None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        line = json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n"
+        os.write(self._fd, line.encode("utf-8"))
+        self.written += 1
+        if not self.durable:
+            self.synced = self.written
+        return self.written
+
+    async def sync_until(self, record: int) -> None:
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        while self.synced < record:
+            async with self._lock:
+                if self.synced >= record or self._fd is None:
+                    return
+                target = self.written
+                await asyncio.to_thread(os.fdatasync, self._fd)
+                self.synced = max(self.synced, target)
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        if not self.path.exists():
+            return
+        with self.path.open("r", encoding="utf-8") as fh:
+            for line in fh:
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    return  # a torn last line: everything before it is whole
+
+    def close(self) -> None:
+        if self._fd is not None:
+            if self.durable and self.synced < self.written:
+                os.fdatasync(self._fd)
+            os.close(self._fd)
+            self._fd = None
+
+
+def conversation_dirs(state_dir: Path) -> Iterator[tuple[str, str, Path]]:
+    """(agent, conversation, directory) for every stored conversation."""
+    base = state_dir / "conversations"
+    if not base.is_dir():
+        return
+    for agent_dir in sorted(base.iterdir()):
+        if not agent_dir.is_dir():
+            continue
+        for conv_dir in sorted(agent_dir.iterdir()):
+            if (conv_dir / LOG_NAME).exists():
+                yield agent_dir.name, conv_dir.name, conv_dir
+
+
+def conversation_dir(state_dir: Path, agent: str, conversation: str) -> Path:
+    return state_dir / "conversations" / agent / conversation

@@ -1,0 +1,423 @@
+"""The turn: runs one submission through the engine, asking the policy at every seam.
+
+It gathers the tools (the working tools and this submission's Menu), writes the prompt, every
+model answer and every tool result to the conversation as they happen, enforces the pick rules
+(only the first pick of a model answer runs; nothing runs after a pick that ended the turn),
+routes `ask` outcomes to the approval port, and settles the submission.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Literal
+
+from corral_api.kinds import SettlementStatus, ThinkingLevel
+
+from . import metrics
+from .catalog import ModelInfo, clamp_output_tokens, cost_usd, resolve_model
+from .conversations import Conversation, Submission, SweepStatus
+from .engine.messages import for_provider, text_of, tool_result_block
+from .engine.seam import (
+    ALLOW,
+    DID_NOT_RUN,
+    EngineAdapter,
+    EngineEvent,
+    EngineJob,
+    EngineTool,
+    MessageEnd,
+    RequestPlan,
+    StepBoundary,
+    StopRun,
+    ToolEnd,
+    ToolGate,
+    ToolStart,
+    Usage,
+)
+from .events import summarise, usage_fields
+from .memory import KEEP_TURNS, prune_turn_records
+from .menu import MenuClient, MenuUnavailable
+from .policy.tool_search import TOOL_SEARCH_NAME
+from .seams import ApprovalPort, ToolCall, ToolSpec, TurnContext, TurnPolicy
+from .tools import ToolResult, WorkingTools
+
+log = logging.getLogger(__name__)
+
+SEND_BACKS = 2  # a denied completion goes back to the model at most this often
+
+
+@dataclass
+class TurnDeps:
+    policy: TurnPolicy
+    approvals: ApprovalPort
+    tools: WorkingTools
+    menu: MenuClient
+    engine: Callable[[], Awaitable[EngineAdapter]]  # resolves once the SDK adapter is loaded
+    granted_root: Path
+    read_only: bool
+    pick_sweep_seconds: float
+    # Per-turn receipts, `<records_dir>/<conversation>/turn-<N>.json`; the last 20 are kept.
+    records_dir: Path | None = None
+
+
+class _Run:
+    """The state of one submission's run, and the hooks and listener the engine calls."""
+
+    def __init__(
+        self,
+        deps: TurnDeps,
+        conv: Conversation,
+        sub: Submission,
+        ctx: TurnContext,
+        specs: dict[str, ToolSpec],
+        info: ModelInfo,
+    ) -> None:
+        self.deps = deps
+        self.conv = conv
+        self.sub = sub
+        self.ctx = ctx
+        self.specs = specs
+        self.info = info
+        self.turn_over = False  # a pick's answer ended the turn
+        self.picked_in_answer = False
+        self.usage: Usage | None = None
+        self.last_text = ""
+        self.last_step_at = time.perf_counter()
+        # The receipt (seed 003's ledger, the harness's part): what ran, what was blocked.
+        self.steps = 0
+        self.tools_run: list[str] = []
+        self.tools_blocked: list[str] = []
+        self._allowed: set[str] = set()  # call ids that passed before_tool_call
+        self.layer_tokens: dict[str, int] = {}
+
+    # --------------------------------------------------------------------------- the hooks
+
+    async def convert_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        # The conversation's transcript is what the policy assembles from: it holds everything
+        # the engine holds (written as it happened) plus compaction entries. (A steer through
+        # the turn must be written to the transcript as well as given to the engine.)
+        return list(self.conv.transcript)
+
+    async def before_request(self, messages: list[dict[str, Any]]) -> RequestPlan:
+        plan = await self.deps.policy.prepare_request(self.ctx, messages)
+        self.layer_tokens = dict(plan.layer_tokens)
+        if plan.stop_reason:
+            raise StopRun(plan.stop_reason)
+        if plan.compaction is not None:
+            # A marked user message the next assembly recognises; appended, never sent as is.
+            self.conv.add_message(plan.compaction)
+        system = plan.system
+        if plan.call_only_lines:
+            system = system + "\n\n" + "\n".join(plan.call_only_lines)
+        return RequestPlan(system=system, messages=for_provider(plan.messages))
+
+    async def before_tool_call(self, call: ToolCall) -> ToolGate:
+        spec = self.specs[call.name]
+        if self.turn_over:
+            return self._blocked(call, "deny", "This call did not run: a pick ended the turn.")
+        if spec.pick and self.picked_in_answer:
+            return self._blocked(
+                call, "deny", "This call did not run: only the first pick of a model answer runs."
+            )
+        if spec.writes and self.deps.read_only:
+            return self._blocked(
+                call, "deny", f"{call.name} is refused: this session is read-only."
+            )
+        decision = await self.deps.policy.decide_tool(self.ctx, call)
+        if decision.outcome == "deny":
+            gate = self._blocked(call, "deny", decision.reason or "denied by policy")
+            return replace(gate, abort=decision.abort_turn)
+        if decision.outcome == "ask":
+            self._event(
+                "tool_blocked",
+                toolUseId=call.id,
+                name=call.name,
+                outcome="ask",
+                reason=decision.reason,
+            )
+            if not await self._approved(call, decision.reason):
+                self.tools_blocked.append(call.name)
+                return ToolGate(block=f"A human denied this call of {call.name}.")
+        if spec.pick:
+            self.picked_in_answer = True
+        self._allowed.add(call.id)
+        return ToolGate(input=decision.input) if decision.input is not None else ALLOW
+
+    def ends_run(self, step: int) -> bool:
+        return self.turn_over
+
+    # --------------------------------------------------------------------------- the listener
+
+    async def listen(self, event: EngineEvent) -> None:
+        if isinstance(event, MessageEnd):
+            self._on_message(event)
+        elif isinstance(event, ToolStart):
+            self._event(
+                "tool_start", toolUseId=event.call.id, name=event.call.name, input=event.call.input
+            )
+        elif isinstance(event, ToolEnd):
+            await self._on_tool_end(event.call, event.result)
+        elif isinstance(event, StepBoundary):
+            now = time.perf_counter()
+            metrics.STEP_SECONDS.observe(now - self.last_step_at)
+            self.last_step_at = now
+            self.steps = event.step
+            self._event("step_boundary", step=event.step)
+
+    def _on_message(self, event: MessageEnd) -> None:
+        self.picked_in_answer = False
+        message = event.message
+        usage = None
+        if event.usage is not None:
+            self.usage = _add(self.usage, event.usage)
+            usage = self._usage_fields(event.usage)
+            metrics.TOKENS.labels("input").inc(event.usage.input)
+            metrics.TOKENS.labels("output").inc(event.usage.output)
+        metrics.MODEL_REQUESTS.inc()
+        if message["content"]:
+            self.conv.add_message(message)
+        text = text_of(message)
+        if text:
+            self.last_text = text
+        self._event(
+            "message",
+            role="assistant",
+            content=message["content"],
+            stopReason=event.stop_reason,
+            usage=usage,
+        )
+
+    async def _on_tool_end(self, call: ToolCall, result: ToolResult) -> None:
+        self.conv.add_tool_result(tool_result_block(call.id, result.content, result.is_error))
+        if call.id in self._allowed:
+            self.tools_run.append(call.name)
+        metrics.TOOL_CALLS.labels(call.name, str(result.is_error).lower()).inc()
+        spec = self.specs.get(call.name)
+        # The driver sends the pick sweep when a pick's answer says the turn is over.
+        ends_turn = {"endsTurn": True} if spec is not None and spec.pick and self.turn_over else {}
+        self._event(
+            "tool_end",
+            toolUseId=call.id,
+            name=call.name,
+            isError=result.is_error,
+            result=summarise(result.content),
+            **ends_turn,
+        )
+        with contextlib.suppress(Exception):  # a failing after-tool hook must not lose the result
+            await self.deps.policy.after_tool(self.ctx, call, result.content, result.is_error)
+
+    # --------------------------------------------------------------------------- helpers
+
+    def _event(self, type_: str, **fields: Any) -> None:
+        self.conv.emit(type_, self.sub.id, **fields)
+
+    def _blocked(self, call: ToolCall, outcome: Literal["deny", "ask"], reason: str) -> ToolGate:
+        self.tools_blocked.append(call.name)
+        self._event(
+            "tool_blocked", toolUseId=call.id, name=call.name, outcome=outcome, reason=reason
+        )
+        return ToolGate(block=reason)
+
+    async def _approved(self, call: ToolCall, reason: str) -> bool:
+        approval_id = await self.deps.approvals.request(self.ctx, call, reason)
+        self._event("approval_requested", approvalId=approval_id, toolUseId=call.id, name=call.name)
+        waiting = asyncio.ensure_future(self.deps.approvals.wait(approval_id))
+        swept = asyncio.ensure_future(asyncio.shield(self.sub.sweep))
+        pending: set[asyncio.Future[Any]] = {waiting, swept}
+        done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        swept.cancel()
+        if waiting not in done:
+            waiting.cancel()
+            return False
+        return waiting.result() == "approved"
+
+    def _usage_fields(self, usage: Usage) -> dict[str, Any]:
+        cost = cost_usd(
+            self.info,
+            input=usage.input,
+            output=usage.output,
+            cache_read=usage.cache_read,
+            cache_write=usage.cache_write,
+        )
+        return usage_fields(usage.input, usage.output, usage.cache_read, usage.cache_write, cost)
+
+    def settlement_usage(self) -> dict[str, Any] | None:
+        return None if self.usage is None else self._usage_fields(self.usage)
+
+    def settle(self, status: SettlementStatus, error: dict[str, str] | None = None) -> None:
+        receipt = {
+            "model": self.info.name,
+            "thinkingLevel": self.ctx.thinking_level,
+            "steps": self.steps,
+            "toolsRun": self.tools_run,
+            "toolsBlocked": self.tools_blocked,
+            "layerTokens": self.layer_tokens,
+        }
+        self.conv.settle(
+            self.sub,
+            status,
+            error=error,
+            usage=self.settlement_usage(),
+            text=self.last_text,
+            receipt=receipt,
+        )
+        self._write_record(status, receipt)
+
+    def _write_record(self, status: SettlementStatus, receipt: dict[str, Any]) -> None:
+        """Keep the turn's receipt on the state volume; records past the last 20 go."""
+        if self.deps.records_dir is None:
+            return
+        directory = self.deps.records_dir / self.conv.id
+        number = list(self.conv.submissions).index(self.sub.id) + 1
+        record = {"submissionId": self.sub.id, "status": status, **receipt}
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / f"turn-{number}.json").write_text(json.dumps(record))
+            prune_turn_records(directory, KEEP_TURNS)
+        except OSError:
+            log.exception("writing the turn record failed")  # the settlement stands regardless
+
+
+def _add(total: Usage | None, more: Usage) -> Usage:
+    if total is None:
+        return more
+    return Usage(
+        total.input + more.input,
+        total.output + more.output,
+        total.cache_read + more.cache_read,
+        total.cache_write + more.cache_write,
+    )
+
+
+class Turn:
+    """The conversation runner: one call runs one submission to its settlement."""
+
+    def __init__(self, deps: TurnDeps) -> None:
+        self.deps = deps
+
+    async def __call__(self, conv: Conversation, sub: Submission) -> None:
+        deps = self.deps
+        info = resolve_model(sub.model)
+        thinking: ThinkingLevel = sub.thinking_level  # type: ignore[assignment]
+        max_output = clamp_output_tokens(info, sub.agent.limits.max_output_tokens)
+        ctx = TurnContext(
+            conversation=conv.id,
+            submission_id=sub.id,
+            agent=sub.agent,
+            model=info.name,
+            thinking_level=thinking,
+            granted_root=deps.granted_root,
+            read_only=deps.read_only,
+            context_window=info.context_window,
+            max_output_tokens=max_output,
+            run_id=sub.id,
+            memory_scope=conv.agent,
+        )
+        context = list(conv.transcript)
+        conv.add_message({"role": "user", "content": [{"type": "text", "text": sub.message}]})
+        if sub.sweep.done():  # swept before it could start
+            conv.settle(sub, sub.sweep.result(), error=_aborted_error(sub.sweep.result()))
+            return
+        try:
+            menu = await deps.menu.surface(conv.id)
+        except MenuUnavailable as exc:
+            conv.settle(sub, "failed", error={"type": "menu_unavailable", "message": str(exc)})
+            return
+        catalog = deps.tools.specs() + menu
+        visible = deps.policy.visible_tools(ctx, catalog)
+        specs = {spec.name: spec for spec in visible}
+        run = _Run(deps, conv, sub, ctx, specs, info)
+        tools = [EngineTool(spec, self._executor(spec, conv.id, run)) for spec in visible]
+        adapter = await deps.engine()
+
+        prompt = sub.message
+        for attempt in range(SEND_BACKS + 1):
+            engine = adapter()
+            job = EngineJob(conv.id, info, thinking, "", tools, context, prompt, max_output)
+            outcome = await self._run_engine(engine, job, run, sub)
+            for call in outcome.unanswered:
+                conv.add_tool_result(tool_result_block(call.id, DID_NOT_RUN, True))
+            if sub.sweep.done():
+                break
+            if outcome.status == "ended_by_hook":
+                await self._await_sweep(sub, run)
+                return
+            if outcome.status == "failed" and outcome.error is not None:
+                run.settle("failed", {"type": outcome.error.type, "message": outcome.error.message})
+                return
+            if outcome.status == "aborted":
+                run.settle("aborted", _aborted_error("aborted", "the run was aborted by a hook"))
+                return
+            verdict = await deps.policy.after_turn(ctx, run.last_text)
+            if verdict.accept:
+                run.settle("completed")
+                return
+            if verdict.stop or attempt == SEND_BACKS:
+                run.settle("failed", {"type": "turn_rejected", "message": verdict.reason})
+                return
+            context = list(conv.transcript)
+            prompt = f"The turn is not done yet: {verdict.reason}"
+            conv.add_message({"role": "user", "content": [{"type": "text", "text": prompt}]})
+        status = sub.sweep.result()
+        run.settle(status, _aborted_error(status))
+
+    async def _run_engine(self, engine: Any, job: EngineJob, run: _Run, sub: Submission) -> Any:
+        task = asyncio.ensure_future(engine.run(job, run, run.listen))
+        sweep_watch = asyncio.ensure_future(asyncio.shield(sub.sweep))
+        try:
+            done, _ = await asyncio.wait({task, sweep_watch}, return_when=asyncio.FIRST_COMPLETED)
+            if task not in done:
+                engine.abort()
+            return await task
+        finally:
+            sweep_watch.cancel()
+
+    async def _await_sweep(self, sub: Submission, run: _Run) -> None:
+        wait = self.deps.pick_sweep_seconds
+        try:
+            status: SweepStatus = await asyncio.wait_for(asyncio.shield(sub.sweep), wait)
+        except TimeoutError:
+            message = f"a pick ended the turn and no sweep came within {wait:g} s"
+            run.settle("aborted", _aborted_error("aborted", message))
+            return
+        run.settle(status, _aborted_error(status))
+
+    def _executor(
+        self, spec: ToolSpec, conversation: str, run: _Run
+    ) -> Callable[[dict[str, Any]], Awaitable[ToolResult]]:
+        if spec.kind == "menu":
+
+            async def call_menu(args: dict[str, Any]) -> ToolResult:
+                answer = await self.deps.menu.invoke(conversation, spec.name, args, run.sub.id)
+                if spec.pick and answer.ends_turn:
+                    run.turn_over = True
+                return ToolResult(answer.content, answer.is_error)
+
+            return call_menu
+
+        search = getattr(self.deps.policy, "answer_tool_search", None)
+        if spec.name == TOOL_SEARCH_NAME and search is not None:
+            # The policy answers from the list it showed this step; no process runs.
+
+            async def call_search(args: dict[str, Any]) -> ToolResult:
+                text = str(search(run.ctx, args))
+                return ToolResult(text, text.startswith("error:"))
+
+            return call_search
+
+        async def call_working(args: dict[str, Any]) -> ToolResult:
+            return await self.deps.tools.run(spec.name, args)
+
+        return call_working
+
+
+def _aborted_error(status: str, message: str = "the submission was swept by an abort") -> Any:
+    if status == "ended":
+        return None
+    return {"type": "submission_aborted", "message": message}

@@ -1,0 +1,197 @@
+"""The SDK engine adapter against the seam: hooks, steering, aborts, and the order of events.
+
+The engine runs in this process against the scripted model over loopback (real HTTP, real SDK);
+the hooks are small recording objects written for these tests.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from corral_harness.catalog import resolve_model
+from corral_harness.engine.anthropic_engine import AnthropicEngine, EngineSettings
+from corral_harness.engine.messages import for_provider
+from corral_harness.engine.seam import (
+    ALLOW,
+    EngineEvent,
+    EngineJob,
+    EngineTool,
+    RequestPlan,
+    StopRun,
+    ToolGate,
+)
+from corral_harness.paths import GrantedRoot
+from corral_harness.scripted import RunningServer, ScriptedModel, parse_script, serve_in_thread
+from corral_harness.seams import ToolCall
+from corral_harness.tools import WorkingTools
+
+pytestmark = pytest.mark.timeout(30)
+
+
+@pytest.fixture(scope="module")
+def scripted() -> Iterator[RunningServer]:
+    running = serve_in_thread(ScriptedModel())
+    yield running
+    running.stop()
+
+
+class RecordingHooks:
+    def __init__(self, engine: AnthropicEngine | None = None) -> None:
+        self.asked: list[str] = []
+        self.requests = 0
+        self.gates: dict[str, ToolGate] = {}
+        self.stop_after: int | None = None
+        self.end_at_step: int | None = None
+        self.steer_at_request: dict[int, str] = {}
+        self.engine = engine
+        self.log: list[str] = []
+
+    async def convert_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return messages
+
+    async def before_request(self, messages: list[dict[str, Any]]) -> RequestPlan:
+        self.requests += 1
+        self.log.append(f"request {self.requests}")
+        if self.stop_after is not None and self.requests > self.stop_after:
+            raise StopRun("the window is full")
+        return RequestPlan("system prompt", for_provider(messages))
+
+    async def before_tool_call(self, call: ToolCall) -> ToolGate:
+        self.asked.append(call.name)
+        self.log.append(f"ask {call.input.get('command', call.name)}")
+        return self.gates.get(call.input.get("command", ""), ALLOW)
+
+    def ends_run(self, step: int) -> bool:
+        return step == self.end_at_step
+
+
+def _job(conv: str, root: Path) -> EngineJob:
+    tools = WorkingTools(GrantedRoot(root))
+
+    def runner(name: str) -> Any:
+        return lambda args: tools.run(name, args)
+
+    engine_tools = [EngineTool(spec, runner(spec.name)) for spec in tools.specs()]
+    return EngineJob(conv, resolve_model("corral-scripted"), "low", "", engine_tools, [], "go", 500)
+
+
+def _engine(scripted: RunningServer) -> AnthropicEngine:
+    return AnthropicEngine(EngineSettings(base_url=scripted.url, backoff_seconds=0.01))
+
+
+def _script(scripted: RunningServer, conv: str, replies: list[Any]) -> None:
+    scripted.model.set_script(parse_script({"conversations": {conv: replies}}))
+
+
+def _bash(*commands: str) -> dict[str, Any]:
+    return {"tool_uses": [{"name": "bash", "input": {"command": c}} for c in commands]}
+
+
+async def test_events_and_hooks_come_in_the_seams_order(
+    scripted: RunningServer, tmp_path: Path
+) -> None:
+    _script(scripted, "order", [_bash("echo 1", "echo 2"), "done"])
+    engine = _engine(scripted)
+    hooks = RecordingHooks()
+    seen: list[str] = []
+
+    async def listen(event: EngineEvent) -> None:
+        name = event.type
+        if name in ("tool_start", "tool_end"):
+            name += " " + event.call.input["command"]  # type: ignore[union-attr]
+        seen.append(name)
+        hooks.log.append(name)
+
+    outcome = await engine.run(_job("order", tmp_path), hooks, listen)
+    assert outcome.status == "completed" and outcome.steps == 1
+    assert hooks.log == [
+        "request 1",
+        "message_end",
+        "tool_start echo 1",
+        "ask echo 1",
+        "tool_end echo 1",
+        "tool_start echo 2",
+        "ask echo 2",
+        "tool_end echo 2",
+        "step_boundary",
+        "request 2",
+        "message_end",
+    ]
+    sent = [r for r in scripted.model.requests if r["conversation"] == "order"]
+    assert sent[0]["body"]["system"] == "system prompt"
+    assert sent[0]["body"]["thinking"] == {"type": "disabled"}  # max_tokens 500 leaves no room
+
+
+async def test_a_gate_that_aborts_leaves_later_calls_unanswered(
+    scripted: RunningServer, tmp_path: Path
+) -> None:
+    _script(scripted, "gate", [_bash("echo a", "touch blocked", "touch never")])
+    hooks = RecordingHooks()
+    hooks.gates["touch blocked"] = ToolGate(block="a hook denied this", abort=True)
+    ends: list[tuple[str, str]] = []
+
+    async def listen(event: EngineEvent) -> None:
+        if event.type == "tool_end":
+            ends.append((event.call.input["command"], event.result.content))
+
+    outcome = await _engine(scripted).run(_job("gate", tmp_path), hooks, listen)
+    assert outcome.status == "aborted"
+    assert [c.input["command"] for c in outcome.unanswered] == ["touch never"]
+    assert ends == [("echo a", "a\n"), ("touch blocked", "a hook denied this")]
+    assert not (tmp_path / "blocked").exists() and not (tmp_path / "never").exists()
+
+
+async def test_steering_adds_a_user_message_before_the_next_request(
+    scripted: RunningServer, tmp_path: Path
+) -> None:
+    _script(scripted, "steer", [_bash("echo 1"), "done"])
+    engine = _engine(scripted)
+
+    async def listen(event: EngineEvent) -> None:
+        if event.type == "tool_end":
+            engine.steer("also check the tests")
+
+    outcome = await engine.run(_job("steer", tmp_path), RecordingHooks(), listen)
+    assert outcome.status == "completed"
+    second = [r for r in scripted.model.requests if r["conversation"] == "steer"][1]["body"]
+    last = second["messages"][-1]["content"]
+    assert last[0]["type"] == "tool_result"
+    assert last[-1] == {"type": "text", "text": "also check the tests"}
+
+
+async def test_ends_run_and_stop_run(scripted: RunningServer, tmp_path: Path) -> None:
+    _script(scripted, "ends", [_bash("echo 1"), _bash("echo 2"), "done"])
+    hooks = RecordingHooks()
+    hooks.end_at_step = 1
+    outcome = await _engine(scripted).run(_job("ends", tmp_path), hooks, _ignore)
+    assert outcome.status == "ended_by_hook" and hooks.requests == 1
+
+    _script(scripted, "stop", [_bash("echo 1"), "done"])
+    hooks = RecordingHooks()
+    hooks.stop_after = 1
+    outcome = await _engine(scripted).run(_job("stop", tmp_path), hooks, _ignore)
+    assert outcome.status == "failed"
+    assert outcome.error is not None and outcome.error.message == "the window is full"
+    assert len([r for r in scripted.model.requests if r["conversation"] == "stop"]) == 1
+
+
+async def test_abort_at_tool_start_runs_no_call(scripted: RunningServer, tmp_path: Path) -> None:
+    _script(scripted, "early", [_bash("touch one", "touch two")])
+    engine = _engine(scripted)
+
+    async def listen(event: EngineEvent) -> None:
+        if event.type == "tool_start":
+            engine.abort()  # a runaway watch trips at tool_start
+
+    outcome = await engine.run(_job("early", tmp_path), RecordingHooks(), listen)
+    assert outcome.status == "aborted"
+    assert [c.input["command"] for c in outcome.unanswered] == ["touch one", "touch two"]
+    assert not (tmp_path / "one").exists()
+
+
+async def _ignore(event: EngineEvent) -> None:
+    return None
