@@ -33,6 +33,7 @@ from .catalog import UnknownModel, resolve_model
 from .checks import CheckRequest, run_check
 from .config import HarnessConfig
 from .conversations import Conversation, Registry, Submission, new_submission_id
+from .custodian_approvals import CustodianApprovalPort
 from .default_policy import DefaultPolicy
 from .engine.seam import EngineAdapter
 from .menu import MenuClient
@@ -107,6 +108,13 @@ def sdk_engine_loader(config: HarnessConfig) -> Callable[[], Awaitable[EngineAda
     return get
 
 
+def _approval_port(config: HarnessConfig) -> ApprovalPort:
+    """The custodian in a pod (Approval resources); a local file store without one."""
+    if config.custodian_url:
+        return CustodianApprovalPort(config.custodian_url)
+    return FileApprovalPort(config.state_dir / "approvals")
+
+
 def create_app(
     config: HarnessConfig,
     *,
@@ -123,7 +131,7 @@ def create_app(
     menu = MenuClient(config.custodian_url)
     deps = TurnDeps(
         policy=policy or DefaultPolicy(),
-        approvals=approvals or FileApprovalPort(config.state_dir / "approvals"),
+        approvals=approvals or _approval_port(config),
         tools=WorkingTools(
             root, read_only=config.read_only, bash_timeout=config.bash_timeout_seconds
         ),

@@ -8,6 +8,7 @@ is `corral_harness.custodian`).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -58,10 +59,13 @@ class MenuStandIn:
         self.answers: dict[tuple[str, str], dict[str, Any]] = {}
         self.calls: list[tuple[str, str, dict[str, Any]]] = []
         self.surface_reads: list[str] = []
+        # Approvals as the custodian keeps them: name -> decision (Pending/Approved/Denied).
+        self.decisions: dict[str, str] = {}
         self.app = Starlette(
             routes=[
                 Route("/agents/{conv}/surface", self._surface, methods=["GET"]),
                 Route("/agents/{conv}/tools/{name}", self._tool, methods=["POST"]),
+                Route("/approvals/{name}", self._approval, methods=["GET"]),
             ]
         )
 
@@ -70,9 +74,20 @@ class MenuStandIn:
         self.surface_reads.append(conv)
         return JSONResponse({"tools": self.surfaces.get(conv, [])})
 
+    async def _approval(self, request: Request) -> Response:
+        name = request.path_params["name"]
+        if name not in self.decisions:
+            return JSONResponse({"error": "unknown_approval"}, status_code=404)
+        return JSONResponse({"approval": name, "decision": self.decisions[name]})
+
     async def _tool(self, request: Request) -> Response:
         conv, name = request.path_params["conv"], request.path_params["name"]
         self.calls.append((conv, name, await request.json()))
+        if name == "request_approval":
+            approval = f"apr-{len(self.decisions) + 1}"
+            self.decisions[approval] = "Pending"
+            content = json.dumps({"approval": approval, "decision": "Pending"})
+            return JSONResponse({"content": content, "isError": False, "endsTurn": True})
         answer = self.answers.get((conv, name), {"content": f"{name} done"})
         return JSONResponse({"isError": False, "endsTurn": False, **answer})
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import time
 from typing import Any
 
 from ._rig import AGENT, Harness, MenuStandIn, Model
@@ -36,28 +36,36 @@ def test_tool_search_answers_from_the_policy_not_a_process(
     assert "# bash" in str(result["content"])
 
 
-def test_a_merge_through_bash_asks_and_a_denial_keeps_it_from_running(
-    harness: Harness, model: Model, conv: str
+def test_a_merge_through_bash_asks_the_custodian_and_runs_only_once_approved(
+    harness: Harness, model: Model, menu: tuple[MenuStandIn, str], conv: str
 ) -> None:
+    stand_in = menu[0]
     model.script(
         conv,
         [
-            {"tool_use": {"name": "bash", "input": {"command": "git merge topic && touch merged"}}},
+            {"tool_use": {"name": "bash", "input": {"command": "git merge x; touch merged"}}},
+            {"tool_use": {"name": "bash", "input": {"command": "git merge y; touch merged2"}}},
             "ok",
         ],
     )
     admitted = harness.admit(conv)
-    asked = harness.wait_for(conv, "approval_requested")
-    approvals = harness.state_dir / "approvals"
-    # The local approval port: a human decides by writing the decision into the request file.
-    (path,) = [p for p in approvals.iterdir() if asked["approvalId"] in p.name]
-    record = json.loads(path.read_text())
-    record["decision"] = "denied"
-    path.write_text(json.dumps(record))
-    harness.wait_settled(conv, admitted["submissionId"])
+    first = harness.wait_for(conv, "approval_requested")
+    # The harness asked the custodian, which holds the Approval; nothing ran meanwhile.
+    (call,) = [c for c in stand_in.calls if c[0] == conv and c[1] == "request_approval"]
+    assert call[2]["tool"] == "bash" and "git merge x" in call[2]["arguments"]["command"]
+    time.sleep(0.3)
     assert not (harness.root / "merged").exists()
-    (blocked, *_) = _events(harness, conv, "tool_blocked")
-    assert blocked["outcome"] == "ask"
+    stand_in.decisions[first["approvalId"]] = "Approved"
+    deadline = time.monotonic() + 10
+    while len([e for e in harness.history(conv) if e["type"] == "approval_requested"]) < 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    second = _events(harness, conv, "approval_requested")[1]
+    stand_in.decisions[second["approvalId"]] = "Denied"
+    harness.wait_settled(conv, admitted["submissionId"])
+    assert (harness.root / "merged").exists()  # the same call, replayed after approval
+    assert not (harness.root / "merged2").exists()
+    assert [b["outcome"] for b in _events(harness, conv, "tool_blocked")] == ["ask", "ask"]
 
 
 def test_a_pick_that_ends_the_turn_is_marked_on_its_tool_end(

@@ -232,6 +232,8 @@ class CorralTurnPolicy:
         conv = self._conv(ctx)
         if ctx.submission_id not in conv.turns_started:
             conv.turns_started.add(ctx.submission_id)
+            # Between turns anyone may have changed the tree (a person, git): rescan once.
+            self.cache.invalidate(self.root.root)
             started = await self.run_hooks(Phase.BEFORE_TURN, ctx, messages=tuple(transcript))
             if started.denied and self.abort_on_pre_deny:
                 return ModelRequestPlan(
