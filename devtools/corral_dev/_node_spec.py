@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import base64
 import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,18 +21,21 @@ def remap(text: str, mounts: list[tuple[str, str]]) -> str:
     """Rewrite every container mount path in `text` to its host directory.
 
     A mount path matches only as a whole path prefix (`/work` does not match `/workspace`).
-    Longer mount paths win, so a nested mount maps to its own directory.
+    Longer mount paths win, so a nested mount maps to its own directory. All mounts are
+    replaced in one pass: a host directory that itself looks like a mount path (a node workdir
+    under /tmp when the pod mounts /tmp) is never rewritten a second time.
     """
-    for mount_path, host_dir in sorted(mounts, key=lambda m: len(m[0]), reverse=True):
-        mount = mount_path.rstrip("/") or "/"
-        pattern = re.compile(r"(?<![A-Za-z0-9._-])" + re.escape(mount) + r"(?=/|$|[^A-Za-z0-9._-])")
-        # A function replacement, so backslashes in the host path are taken literally.
-        text = pattern.sub(_literal(host_dir), text)
-    return text
-
-
-def _literal(value: str) -> Callable[[re.Match[str]], str]:
-    return lambda _match: value
+    if not mounts:
+        return text
+    by_path = {(m.rstrip("/") or "/"): host for m, host in mounts}
+    ordered = sorted(by_path, key=len, reverse=True)
+    pattern = re.compile(
+        r"(?<![A-Za-z0-9._-])("
+        + "|".join(re.escape(m) for m in ordered)
+        + r")(?=/|$|[^A-Za-z0-9._-])"
+    )
+    # A function replacement, so backslashes in the host path are taken literally.
+    return pattern.sub(lambda match: by_path[match.group(1)], text)
 
 
 def expand_vars(text: str, env: dict[str, str]) -> str:

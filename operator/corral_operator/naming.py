@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 LABEL_SESSION = "corral.dev/session"
 LABEL_AGENT = "corral.dev/agent"
 LABEL_PARENT = "corral.dev/parent"
@@ -17,8 +19,6 @@ _MAX_NAME = 63
 
 
 def _bounded(prefix: str, name: str, suffix: str = "") -> str:
-    import hashlib
-
     full = f"{prefix}{name}{suffix}"
     if len(full) <= _MAX_NAME:
         return full

@@ -31,7 +31,7 @@ class OperatorSettings:
     harness_port: int = 8080
     custodian_port: int = 8081
     # The projected token is bound to this audience and expires after this long.
-    token_audience: str = "https://kubernetes.default.svc"
+    token_audience: str = "https://kubernetes.default.svc.cluster.local"
     token_expiry_seconds: int = 3600
     # The API server as the custodian reaches it, and the ConfigMap holding its CA (None: no CA
     # file is projected; the custodian then uses its default trust).
@@ -42,6 +42,6 @@ class OperatorSettings:
     # Egress every sandbox needs (the API server and the model endpoint, for the custodian).
     platform_egress: tuple[EgressTarget, ...] = ()
     allow_dns: bool = True
-    run_as_user: int = 65532
+    run_as_user: int = 10001  # the sandbox image's numeric uid
     # Long-poll window for one wait call on the wire, in seconds.
     wire_wait_seconds: float = 20.0

@@ -1,0 +1,34 @@
+"""Agent: validate it, keep its Ready condition, and wake the Sessions that wait on it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from corral_api import GROUP, VERSION
+
+from ..kube import corral_path
+from ..planning.agent import plan_agent
+from ..planning.patch import merge_patch
+from ..planning.session import PlannedEvent, now_text
+from ..runtime import post_event
+from ._common import now, plain, runtime
+
+
+@kopf.on.event(GROUP, VERSION, "agents")
+async def agent_changed(**kw: Any) -> None:
+    rt = runtime(kw["memo"])
+    namespace, name = kw["namespace"], kw["name"]
+    if kw["type"] != "DELETED":
+        current = plain(kw["body"])
+        plan = plan_agent(current, now_text(now()))
+        if plan.changed:
+            patch = merge_patch(current.get("status") or {}, plan.status)
+            await rt.kube.patch_status(corral_path("Agent", namespace, name), patch)
+            post_event(
+                current,
+                PlannedEvent("Normal" if plan.ready else "Warning", plan.reason, plan.message),
+            )
+    # Sessions read their Agent afresh: a Session waiting for this Agent looks again now.
+    rt.wake_namespace(namespace)

@@ -1,0 +1,86 @@
+"""Evidence: run the check in its own clean pod and write the verdict once."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+import kopf
+
+from corral_api import GROUP, VERSION
+from corral_api.kinds import Evidence
+
+from .. import naming
+from ..evidencepod import CHECK_CONTAINER, build_evidence_pod
+from ..kube import KubeError, corral_path, object_path
+from ..planning.evidence import plan_evidence
+from ..planning.patch import merge_patch
+from ..planning.session import PlannedEvent, now_text
+from ..runtime import Runtime, post_event
+from ._common import now, runtime
+
+_RECHECK = 5.0
+
+
+@kopf.daemon(GROUP, VERSION, "evidences", cancellation_timeout=5.0)
+async def evidence_daemon(**kw: Any) -> None:
+    rt, namespace, name, stopped = runtime(kw["memo"]), kw["namespace"], kw["name"], kw["stopped"]
+    path = corral_path("Evidence", namespace, name)
+    pod_path = object_path("v1", "Pod", namespace, naming.evidence_pod_name(name))
+    wake = rt.wakeup(namespace, name)
+    try:
+        while not stopped:
+            wake.clear()
+            body = await rt.kube.get(path)
+            if body is None or (body.get("status") or {}).get("verdict") not in (None, "Pending"):
+                return
+            pod = await rt.kube.get(pod_path)
+            plan = plan_evidence(body, pod, now_text(now()))
+            if plan.finished and pod is not None:
+                tail = await _log_tail(rt, pod_path)
+                plan = plan_evidence(body, pod, now_text(now()), tail)
+            if plan.create_pod:
+                evidence = Evidence.model_validate({k: body[k] for k in ("metadata", "spec")})
+                await rt.kube.create(build_evidence_pod(evidence, rt.settings))
+            if plan.changed:
+                patch = merge_patch(body.get("status") or {}, plan.status)
+                await rt.kube.patch_status(path, patch)
+            if plan.status.get("verdict") != "Pending":
+                verdict = plan.status["verdict"]
+                post_event(
+                    body,
+                    PlannedEvent(
+                        "Normal" if verdict == "Pass" else "Warning",
+                        f"Verdict{verdict}",
+                        f"{body['spec']['check']} at {body['spec']['revision'][:12]}: {verdict}",
+                    ),
+                )
+                await rt.kube.delete(pod_path)
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(wake.wait(), timeout=_RECHECK)
+    finally:
+        rt.forget(namespace, name)
+
+
+async def _log_tail(rt: Runtime, pod_path: str) -> str | None:
+    try:
+        text = await rt.kube.request(
+            "GET", f"{pod_path}/log", query=[("container", CHECK_CONTAINER), ("tailLines", "200")]
+        )
+    except KubeError:
+        return None  # the node may not serve logs; the termination message stands in
+    return text if isinstance(text, str) else None
+
+
+@kopf.on.event(
+    "",
+    "v1",
+    "pods",
+    labels={naming.LABEL_MANAGED_BY: naming.MANAGED_BY, naming.LABEL_COMPONENT: "evidence"},
+)
+def evidence_pod_changed(**kw: Any) -> None:
+    evidence = kw["labels"].get(naming.LABEL_EVIDENCE)
+    if evidence and kw["namespace"]:
+        runtime(kw["memo"]).wake(kw["namespace"], evidence)

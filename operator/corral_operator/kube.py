@@ -1,0 +1,155 @@
+"""The operator's one way to the API server: raw JSON over kubernetes_asyncio's ApiClient.
+
+Objects travel as plain dicts (the planners and the pod builder speak dicts), so this adapter
+maps a manifest's apiVersion/kind to its REST path and nothing more.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kubernetes_asyncio import client, config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+from corral_api import GROUP, VERSION
+
+MERGE_PATCH = "application/merge-patch+json"
+
+_PLURALS = {
+    "Pod": "pods",
+    "Secret": "secrets",
+    "Event": "events",
+    "NetworkPolicy": "networkpolicies",
+    "Agent": "agents",
+    "Session": "sessions",
+    "Goal": "goals",
+    "Evidence": "evidences",
+    "Approval": "approvals",
+}
+
+
+class KubeError(Exception):
+    """The API server refused a call; `status` and `reason` say how."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        self.status = status
+        self.reason = reason
+        super().__init__(f"{status}: {reason}")
+
+
+def collection_path(api_version: str, kind: str, namespace: str) -> str:
+    plural = _PLURALS[kind]
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    return f"{base}/namespaces/{namespace}/{plural}"
+
+
+def object_path(api_version: str, kind: str, namespace: str, name: str) -> str:
+    return f"{collection_path(api_version, kind, namespace)}/{name}"
+
+
+def corral_path(kind: str, namespace: str, name: str | None = None) -> str:
+    api = f"{GROUP}/{VERSION}"
+    if name is None:
+        return collection_path(api, kind, namespace)
+    return object_path(api, kind, namespace, name)
+
+
+def _reason(exc: ApiException) -> str:
+    try:
+        return str(json.loads(exc.body or b"{}").get("message") or exc.reason)
+    except (TypeError, ValueError, AttributeError):
+        return str(exc.reason)
+
+
+@dataclass
+class Kube:
+    api: client.ApiClient
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None) -> Kube:
+        configuration = client.Configuration()
+        if kubeconfig is None:
+            try:
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            except config.ConfigException:
+                await config.load_kube_config(client_configuration=configuration)
+        else:
+            await config.load_kube_config(
+                config_file=kubeconfig, client_configuration=configuration
+            )
+        # Many sessions poll and patch at once; the default pool of 100 is the bottleneck.
+        configuration.connection_pool_maxsize = 256
+        return cls(client.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: list[tuple[str, str]] | None = None,
+        content_type: str = "application/json",
+    ) -> Any:
+        try:
+            result = await self.api.call_api(
+                path,
+                method,
+                query_params=query or [],
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                response_types_map={200: "object", 201: "object", 202: "object"},
+                auth_settings=["BearerToken"],
+                _return_http_data_only=True,
+            )
+        except ApiException as exc:
+            raise KubeError(int(exc.status or 0), _reason(exc)) from None
+        return result
+
+    async def get(self, path: str) -> dict[str, Any] | None:
+        try:
+            found = await self.request("GET", path)
+        except KubeError as err:
+            if err.status == 404:
+                return None
+            raise
+        return dict(found) if isinstance(found, dict) else None
+
+    async def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
+        query = [("labelSelector", label_selector)] if label_selector else []
+        found = await self.request("GET", path, query=query)
+        return list(found.get("items") or []) if isinstance(found, dict) else []
+
+    async def create(self, manifest: dict[str, Any]) -> bool:
+        """Create `manifest`; False when it exists already (a restart re-creating it)."""
+        md = manifest["metadata"]
+        path = collection_path(manifest["apiVersion"], manifest["kind"], md["namespace"])
+        try:
+            await self.request("POST", path, body=manifest)
+        except KubeError as err:
+            if err.status == 409:
+                return False
+            raise
+        return True
+
+    async def delete(self, path: str, *, propagation: str = "Background") -> bool:
+        """Delete; False when it was gone already."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        try:
+            await self.request("DELETE", path, body=body)
+        except KubeError as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    async def patch_status(self, path: str, status: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch the status subresource. Keys set to None are removed by the server."""
+        patched = await self.request(
+            "PATCH", f"{path}/status", body={"status": status}, content_type=MERGE_PATCH
+        )
+        return dict(patched) if isinstance(patched, dict) else {}

@@ -1,0 +1,149 @@
+"""`corral-operator`: the kopf operator for Corral's kinds, standalone, with a liveness probe."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import kopf
+
+from . import handlers
+from .kube import Kube
+from .runtime import Runtime
+from .settings import EgressTarget, OperatorSettings
+
+_SETTINGS = OperatorSettings()
+_KUBECONFIG: str | None = None
+
+
+def _egress(text: str) -> EgressTarget:
+    """CIDR[:PORT[,PORT...]] -> EgressTarget."""
+    cidr, _, ports = text.partition(":") if text.count(":") <= 1 else (text, "", "")
+    try:
+        numbers = tuple(int(p) for p in ports.split(",") if p)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad port list in {text!r}") from None
+    if "/" not in cidr:
+        raise argparse.ArgumentTypeError(f"{cidr!r} is not a CIDR (e.g. 10.0.0.1/32)")
+    return EgressTarget(cidr, numbers)
+
+
+def _label(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"{text!r} is not KEY=VALUE")
+    return key, value
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    d = OperatorSettings()
+    p = argparse.ArgumentParser(prog="corral-operator", description=__doc__)
+    p.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace")
+    p.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
+    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+    p.add_argument("--image", default=os.environ.get("CORRAL_SANDBOX_IMAGE", d.image))
+    p.add_argument(
+        "--operator-namespace", default=os.environ.get("POD_NAMESPACE", d.operator_namespace)
+    )
+    p.add_argument("--operator-pod-label", action="append", type=_label, default=[])
+    p.add_argument("--sandbox-service-account", default=d.sandbox_service_account)
+    p.add_argument("--token-audience", default=d.token_audience)
+    p.add_argument("--token-expiry-seconds", type=int, default=d.token_expiry_seconds)
+    p.add_argument("--kube-api-url", default=d.kube_api_url)
+    p.add_argument("--kube-ca-configmap", default=d.kube_ca_configmap, help="'' for none")
+    p.add_argument("--model-upstream-url", default=d.model_upstream_url)
+    p.add_argument("--platform-egress", action="append", type=_egress, default=[])
+    p.add_argument("--no-dns-egress", action="store_true")
+    p.add_argument("--run-as-user", type=int, default=d.run_as_user)
+    p.add_argument("--wire-wait-seconds", type=float, default=d.wire_wait_seconds)
+    p.add_argument("--liveness", default="http://0.0.0.0:8080/healthz")
+    p.add_argument("-v", "--verbose", action="store_true")
+    args = p.parse_args(argv)
+    if not args.namespace and not args.all_namespaces:
+        p.error("give --namespace (repeatable) or --all-namespaces")
+    if args.token_expiry_seconds < 600:
+        p.error("--token-expiry-seconds must be at least 600 (the API server's minimum)")
+    return args
+
+
+def settings_from(args: argparse.Namespace) -> OperatorSettings:
+    labels = dict(args.operator_pod_label) or OperatorSettings().operator_pod_labels
+    return OperatorSettings(
+        image=args.image,
+        operator_namespace=args.operator_namespace,
+        operator_pod_labels=labels,
+        sandbox_service_account=args.sandbox_service_account,
+        token_audience=args.token_audience,
+        token_expiry_seconds=args.token_expiry_seconds,
+        kube_api_url=args.kube_api_url,
+        kube_ca_configmap=args.kube_ca_configmap or None,
+        model_upstream_url=args.model_upstream_url,
+        platform_egress=tuple(args.platform_egress),
+        allow_dns=not args.no_dns_egress,
+        run_as_user=args.run_as_user,
+        wire_wait_seconds=args.wire_wait_seconds,
+    )
+
+
+@kopf.on.startup()
+async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
+    # kopf keeps its own bookkeeping in annotations: the CRDs' status schemas are closed.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="corral.dev")
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix="corral.dev", key="last-handled-configuration"
+    )
+    settings.persistence.finalizer = "corral.dev/finalizer"
+    settings.posting.level = logging.WARNING  # our Events say what happened; kopf's are noise
+    settings.watching.server_timeout = 300
+    # No cluster-wide scanning of CRDs and namespaces: the kinds are known, the namespaces are
+    # given, and the operator's RBAC grants neither (docs/decisions/0031).
+    settings.scanning.disabled = True
+    settings.batching.worker_limit = None
+    memo.runtime = Runtime(kube=await Kube.connect(_KUBECONFIG), settings=_SETTINGS)
+
+
+@kopf.on.login()
+def _login(**kw: Any) -> kopf.ConnectionInfo | None:
+    # The same identity for kopf's watches as for our own calls: --kubeconfig, else in-cluster.
+    if _KUBECONFIG:
+        return kopf.login_with_kubeconfig(**kw)
+    return kopf.login_with_service_account(**kw) or kopf.login_with_kubeconfig(**kw)
+
+
+@kopf.on.cleanup()
+async def _cleanup(memo: Any, **_: Any) -> None:
+    runtime = getattr(memo, "runtime", None)
+    if isinstance(runtime, Runtime):
+        await runtime.kube.close()
+        await runtime.wire_transport.close_pool()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    global _SETTINGS, _KUBECONFIG
+    args = parse_args(argv)
+    _SETTINGS = settings_from(args)
+    _KUBECONFIG = args.kubeconfig
+    if args.kubeconfig:
+        os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's own login reads it
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    assert handlers  # importing the package registered every handler
+    kopf.run(
+        standalone=True,
+        clusterwide=args.all_namespaces,
+        namespaces=args.namespace,
+        liveness_endpoint=args.liveness or None,
+        memo=kopf.Memo(),
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""What the turn driver's progress means for a Session: its status and its Kubernetes Events.
+
+The driver saves a `DriverState` at every step; the operator's store turns that into the
+Session's status through `status_with_driver_state`, and the driver's own events into
+Kubernetes Events through `event_for`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from corral_api.kinds import SessionStatus
+
+from ..driver import DriverState
+from .session import PlannedEvent, SandboxState, session_conditions
+
+_MESSAGE_LIMIT = 1000
+
+
+def status_with_driver_state(
+    old: dict[str, Any],
+    state: DriverState,
+    sandbox: SandboxState,
+    *,
+    now: str,
+    generation: int,
+) -> dict[str, Any]:
+    """The Session status after the driver saved `state`: its fields over the old status."""
+    merged = SessionStatus.model_validate(old or {}).model_copy(
+        update={
+            "phase": state.phase,
+            "turns": state.turns,
+            "ledger": state.ledger,
+            "last_settlement": state.last_settlement,
+            "usage": state.usage,
+            "evaluation_turns": state.evaluation_turns,
+            "message": state.message,
+            "started_at": state.started_at,
+            "finished_at": state.finished_at,
+        }
+    )
+    if state.finished and sandbox == "ready":
+        sandbox = "kept"  # until the planner releases it on its next pass
+    return session_conditions(merged, sandbox, now=now, generation=generation).wire()
+
+
+def driver_state_from_status(status: dict[str, Any] | None) -> DriverState:
+    return DriverState.model_validate(status or {})
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MESSAGE_LIMIT else text[: _MESSAGE_LIMIT - 3] + "..."
+
+
+def event_for(event: dict[str, Any]) -> PlannedEvent | None:
+    """The Kubernetes Event for one of the driver's events; None for wire chatter."""
+    if event.get("source") != "driver":
+        return None
+    kind = event.get("type")
+    turn = event.get("turn")
+    if kind == "admitted":
+        return PlannedEvent(
+            "Normal", "TurnAdmitted", f"turn {turn} admitted as {event.get('submissionId')}"
+        )
+    if kind == "settled":
+        status = event.get("status")
+        usage = event.get("usage") or {}
+        text = f"turn {turn} settled {status}"
+        if event.get("error"):
+            text += f": {event['error']}"
+        if usage:
+            text += f" (tokens in {usage.get('input', 0)}, out {usage.get('output', 0)})"
+        ok = status in ("completed", "ended")
+        settled = PlannedEvent("Normal" if ok else "Warning", "TurnSettled", _clip(text))
+        evaluation = event.get("evaluation")
+        if evaluation is None:
+            return settled
+        verdict = "passed" if evaluation.get("passed") else "failed"
+        return PlannedEvent(
+            "Normal" if evaluation.get("passed") else "Warning",
+            "EvaluationPassed" if evaluation.get("passed") else "EvaluationFailed",
+            _clip(f"{text}; evaluation {verdict}: {evaluation.get('summary', '')}"),
+        )
+    if kind == "finished":
+        phase = event.get("phase")
+        return PlannedEvent(
+            "Warning" if phase == "Failed" else "Normal",
+            "SessionFinished",
+            _clip(f"{phase}: {event.get('message', '')}"),
+        )
+    return None

@@ -1,0 +1,386 @@
+"""Fixtures and helpers for the operator's cluster tests (this module holds no tests).
+
+The operator runs as a real `corral-operator` subprocess under the chart's RBAC: the chart is
+rendered with `helm template`, its RBAC is applied to the real API server, and the operator
+authenticates as `system:serviceaccount:<ns>:corral-operator` with a client certificate the
+control plane's CA signs, so every call it makes is checked against exactly the chart's rules.
+The sandbox pods run on the local node; the model is the project's scripted server.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+import yaml
+
+from corral_dev import controlplane
+from corral_dev.controlplane import ControlPlane
+
+from ._node_fixtures import LocalNodeHandle, local_node
+
+__all__ = [
+    "OPERATOR_NAMESPACE",
+    "OperatorHandle",
+    "ScriptedModelHandle",
+    "git_repo",
+    "local_node",
+    "operator",
+    "scripted_model",
+]
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHART = REPO_ROOT / "charts" / "corral"
+OPERATOR_NAMESPACE = "corral-system"
+OPERATOR_SA = "corral-operator"
+SANDBOX_SA = "corral-sandbox"
+VENV_BIN = Path(sys.executable).parent
+T = TypeVar("T")
+
+
+def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0) -> T:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = probe()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(0.1)
+
+
+def get_json(cp: ControlPlane, *args: str) -> dict[str, Any] | None:
+    done = cp.kubectl("get", *args, "-o", "json", check=False)
+    if done.returncode != 0:
+        return None
+    return dict(json.loads(done.stdout))
+
+
+def render_chart(
+    cp: ControlPlane, release: str, namespace: str, **values: Any
+) -> list[dict[str, Any]]:
+    args = [
+        str(cp.bin_dir / "helm"),
+        "template",
+        release,
+        str(CHART),
+        "--namespace",
+        OPERATOR_NAMESPACE,
+        "--kube-version",
+        "1.34.4",
+        "--set-json",
+        f"watchNamespaces={json.dumps([namespace])}",
+    ]
+    for key, value in values.items():
+        args += ["--set-json", f"{key}={json.dumps(value)}"]
+    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
+    if done.returncode != 0:
+        raise ValueError(f"helm template failed: {done.stderr}")
+    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+
+def apply_docs(cp: ControlPlane, docs: list[dict[str, Any]]) -> None:
+    cp.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
+
+
+def ensure_namespace(cp: ControlPlane, name: str) -> None:
+    if cp.kubectl("get", "namespace", name, check=False).returncode != 0:
+        cp.kubectl("create", "namespace", name, check=False)
+
+
+def identity_kubeconfig(cp: ControlPlane, namespace: str, sa: str) -> Path:
+    """A client-certificate identity that RBAC sees as the ServiceAccount `namespace/sa`."""
+    return cp.user_kubeconfig(
+        f"system:serviceaccount:{namespace}:{sa}",
+        ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
+    )
+
+
+# ------------------------------------------------------------------------- scripted model
+
+
+@dataclass
+class ScriptedModelHandle:
+    url: str
+    process: subprocess.Popen[bytes]
+
+    def load(self, script: dict[str, Any]) -> None:
+        httpx.post(f"{self.url}/_script", json=script, timeout=10).raise_for_status()
+
+    def requests(self, conversation: str) -> list[dict[str, Any]]:
+        found = httpx.get(
+            f"{self.url}/_requests", params={"conversation": conversation}, timeout=10
+        )
+        found.raise_for_status()
+        body = found.json()
+        return list(body["requests"] if isinstance(body, dict) else body)
+
+
+@pytest.fixture(scope="session")
+def scripted_model() -> Iterator[ScriptedModelHandle]:
+    from corral_harness.scripted import free_port
+
+    port = free_port()
+    script = Path(tempfile.mkdtemp(prefix="corral-model-")) / "script.yaml"
+    script.write_text(yaml.safe_dump({"default": [{"text": "Done."}]}))
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "corral_harness.scripted",
+            "--port",
+            str(port),
+            "--script",
+            str(script),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for("the scripted model", lambda: _serving(f"{url}/_requests"), timeout=30)
+        yield ScriptedModelHandle(url, process)
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _serving(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+# -------------------------------------------------------------------------------- operator
+
+
+@dataclass
+class OperatorHandle:
+    cp: ControlPlane
+    namespace: str
+    kubeconfig: Path
+    args: list[str]
+    log: Path
+    node: LocalNodeHandle | None = None
+    process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        with self.log.open("ab") as out:
+            self.process = subprocess.Popen(
+                [str(VENV_BIN / "corral-operator"), *self.args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, no graceful stop, as a crashed operator."""
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGKILL)
+            self.process.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def logs(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    # ------------------------------------------------------------------ cluster helpers
+
+    def apply(self, *docs: dict[str, Any]) -> None:
+        for doc in docs:
+            doc.setdefault("metadata", {})["namespace"] = self.namespace
+        self.cp.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(list(docs)))
+
+    def get(self, kind: str, name: str) -> dict[str, Any] | None:
+        return get_json(self.cp, kind, name, "-n", self.namespace)
+
+    def session_status(self, name: str) -> dict[str, Any]:
+        return dict((self.get("session", name) or {}).get("status") or {})
+
+    def wait_phase(self, name: str, phases: set[str], timeout: float = 90) -> dict[str, Any]:
+        def probe() -> dict[str, Any] | None:
+            status = self.session_status(name)
+            return status if status.get("phase") in phases else None
+
+        try:
+            return wait_for(f"session {name} in {sorted(phases)}", probe, timeout)
+        except AssertionError as err:
+            raise AssertionError(
+                f"{err}\nstatus: {self.session_status(name)}\n--- operator log (tail)\n"
+                f"{self.logs()[-4000:]}\n{self.pod_logs(f'corral-{name}')}"
+            ) from None
+
+    def pod_logs(self, pod: str) -> str:
+        """The sandbox's container logs on the local node, for a failure message."""
+        if self.node is None:
+            return ""
+        try:
+            logs = self.node.pod_dir(self.namespace, pod) / "logs"
+        except FileNotFoundError as missing:
+            return str(missing)
+        return "\n".join(
+            f"--- {f.name}\n{f.read_text(errors='replace')[-3000:]}" for f in sorted(logs.glob("*"))
+        )
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        found = get_json(
+            self.cp,
+            "events",
+            "-n",
+            self.namespace,
+            "--field-selector",
+            f"involvedObject.name={name}",
+        )
+        items = (found or {}).get("items") or []
+        return sorted(items, key=lambda e: e.get("metadata", {}).get("creationTimestamp", ""))
+
+
+@pytest.fixture
+def operator(
+    control_plane: ControlPlane,
+    namespace: str,
+    local_node: LocalNodeHandle,
+    scripted_model: ScriptedModelHandle,
+) -> Iterator[OperatorHandle]:
+    """The operator for `namespace`, running under the chart's RBAC, and the sandbox identity."""
+    _require_single_pass_remap(local_node)
+    ensure_namespace(control_plane, OPERATOR_NAMESPACE)
+    docs = render_chart(control_plane, f"corral-{namespace}", namespace)
+    apply_docs(control_plane, [d for d in docs if d["kind"] != "Deployment"])
+    kubeconfig = identity_kubeconfig(control_plane, OPERATOR_NAMESPACE, OPERATOR_SA)
+    health = controlplane.free_port()
+    log = Path(tempfile.mkdtemp(prefix="corral-operator-")) / "operator.log"
+    handle = OperatorHandle(
+        control_plane,
+        namespace,
+        kubeconfig,
+        [
+            "--namespace",
+            namespace,
+            "--kubeconfig",
+            str(kubeconfig),
+            "--liveness",
+            f"http://127.0.0.1:{health}/healthz",
+            "--model-upstream-url",
+            scripted_model.url,
+            "--kube-api-url",
+            control_plane.server,
+            "--token-audience",
+            controlplane.API_AUDIENCE,
+            "--wire-wait-seconds",
+            "5",
+        ],
+        log,
+        node=local_node,
+    )
+    handle.start()
+    try:
+        wait_for(
+            "the operator's liveness endpoint",
+            lambda: _serving(f"http://127.0.0.1:{health}/healthz"),
+            timeout=30,
+        )
+        yield handle
+    finally:
+        handle.stop()
+        with contextlib.suppress(Exception):
+            control_plane.kubectl(
+                "delete",
+                "sessions,evidences",
+                "--all",
+                "-n",
+                namespace,
+                "--wait=false",
+                check=False,
+            )
+
+
+def _require_single_pass_remap(node: LocalNodeHandle) -> None:
+    """The sandbox mounts a volume at /tmp. A node whose workdir is under /tmp must map each
+    path once: mapped again, `/var/run/corral/wire/token` would point nowhere. Say so plainly
+    instead of timing out on a harness that cannot start."""
+    from corral_dev._node_spec import remap
+
+    host = str(node.workdir)
+    mapped = remap("/var/run/x", [("/tmp", f"{host}/tmp"), ("/var/run", f"{host}/run")])
+    if mapped != f"{host}/run/x":
+        pytest.fail(
+            f"the local node maps mount paths twice ({mapped!r}) and its workdir {host} is "
+            "under the sandbox's /tmp mount; run with TMPDIR outside /tmp "
+            "(e.g. TMPDIR=$HOME/.cache/corral/tmp) until corral_dev._node_spec.remap maps "
+            "each path in one pass"
+        )
+
+
+# ------------------------------------------------------------------------------ git repo
+
+# Repositories live outside /tmp: the local node maps a container's /tmp (a volume) onto the
+# host, so a host path under /tmp in the pod's arguments would point into that volume.
+_REPOS = Path.home() / ".cache" / "corral" / "test-repos"
+
+
+@pytest.fixture
+def git_repo() -> Iterator[Path]:
+    _REPOS.mkdir(parents=True, exist_ok=True)
+    path = Path(tempfile.mkdtemp(prefix="repo-", dir=_REPOS))
+    run = {"cwd": path, "check": True, "capture_output": True}
+    subprocess.run(["git", "init", "-q", "-b", "main"], **run)  # type: ignore[call-overload]
+    (path / "README.md").write_text("# test repo\n")
+    subprocess.run(["git", "add", "README.md"], **run)  # type: ignore[call-overload]
+    subprocess.run(  # type: ignore[call-overload]
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init"], **run
+    )
+    try:
+        yield path
+    finally:
+        subprocess.run(["rm", "-rf", str(path)], check=False)
+
+
+def agent_doc(name: str = "coder", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "identity": "You are a careful coding agent.",
+        "model": "corral-scripted",
+        "tools": {"allow": ["bash"]},
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "corral.dev/v1alpha1",
+        "kind": "Agent",
+        "metadata": {"name": name},
+        "spec": body,
+    }
+
+
+def session_doc(name: str, repo: Path, agent: str = "coder", **spec: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "agentRef": agent,
+        "task": "Say that the task is done.",
+        "workspace": {"repo": str(repo), "ref": "main"},
+    }
+    body.update(spec)
+    return {
+        "apiVersion": "corral.dev/v1alpha1",
+        "kind": "Session",
+        "metadata": {"name": name},
+        "spec": body,
+    }

@@ -1,0 +1,257 @@
+"""RBAC on the real API server: the chart's operator rules are enough and no more; the sandbox
+identity may ask for work (Sessions, Approvals, Evidence) but never decide or read secrets."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from corral_dev.controlplane import ControlPlane
+
+from .test_operator_fixtures import (
+    OPERATOR_NAMESPACE,
+    OPERATOR_SA,
+    SANDBOX_SA,
+    apply_docs,
+    ensure_namespace,
+    identity_kubeconfig,
+    render_chart,
+)
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def chart_rbac(control_plane: ControlPlane, namespace: str) -> Iterator[str]:
+    ensure_namespace(control_plane, OPERATOR_NAMESPACE)
+    docs = render_chart(control_plane, f"corral-{namespace}", namespace)
+    apply_docs(control_plane, [d for d in docs if d["kind"] != "Deployment"])
+    yield namespace
+
+
+@pytest.fixture
+def other_namespace(control_plane: ControlPlane, namespace: str) -> Iterator[str]:
+    name = f"{namespace}-other"
+    control_plane.kubectl("create", "namespace", name)
+    yield name
+    control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def _can(cp: ControlPlane, who: str, verb: str, resource: str, namespace: str | None) -> bool:
+    # `pods/exec` would read as a pod named exec: subresources go in their own flag.
+    kind, _, sub = resource.partition("/")
+    args = ["auth", "can-i", verb, kind, f"--as={who}"]
+    if sub:
+        args.append(f"--subresource={sub}")
+    args += ["-n", namespace] if namespace else ["--all-namespaces"]
+    done = cp.kubectl(*args, check=False)
+    return done.stdout.strip() == "yes"
+
+
+OPERATOR = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}"
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource"),
+    [
+        ("create", "pods"),
+        ("delete", "pods"),
+        ("watch", "pods"),
+        ("get", "pods/log"),
+        ("create", "secrets"),
+        ("get", "secrets"),
+        ("create", "networkpolicies.networking.k8s.io"),
+        ("create", "events"),
+        ("watch", "sessions.corral.dev"),
+        ("patch", "sessions.corral.dev/status"),
+        ("delete", "sessions.corral.dev"),
+        ("update", "sessions.corral.dev/finalizers"),
+        ("patch", "agents.corral.dev/status"),
+        ("patch", "evidences.corral.dev/status"),
+        ("watch", "approvals.corral.dev"),
+    ],
+)
+def test_the_operator_may_do_what_its_code_does(
+    control_plane: ControlPlane, chart_rbac: str, verb: str, resource: str
+) -> None:
+    assert _can(control_plane, OPERATOR, verb, resource, chart_rbac)
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource"),
+    [
+        ("update", "approvals.corral.dev/status"),  # deciding is for humans
+        ("patch", "approvals.corral.dev/status"),
+        ("list", "secrets"),  # it reads its own wire token by name, never lists
+        ("delete", "secrets"),
+        ("update", "secrets"),
+        ("create", "pods/exec"),
+        ("update", "pods"),
+        ("create", "serviceaccounts/token"),
+        ("update", "sessions.corral.dev"),  # a Session's spec is the user's
+        ("create", "sessions.corral.dev"),
+        ("create", "approvals.corral.dev"),
+        ("delete", "agents.corral.dev"),
+        ("create", "deployments.apps"),
+        ("create", "rolebindings.rbac.authorization.k8s.io"),
+        ("list", "namespaces"),
+        ("create", "customresourcedefinitions.apiextensions.k8s.io"),
+    ],
+)
+def test_the_operator_may_do_nothing_more(
+    control_plane: ControlPlane, chart_rbac: str, verb: str, resource: str
+) -> None:
+    assert not _can(control_plane, OPERATOR, verb, resource, chart_rbac)
+
+
+def test_a_namespaced_operator_has_no_rights_outside_its_namespaces(
+    control_plane: ControlPlane, chart_rbac: str, other_namespace: str
+) -> None:
+    for verb, resource in (
+        ("create", "pods"),
+        ("get", "secrets"),
+        ("watch", "sessions.corral.dev"),
+    ):
+        assert _can(control_plane, OPERATOR, verb, resource, chart_rbac)
+        assert not _can(control_plane, OPERATOR, verb, resource, other_namespace)
+        assert not _can(control_plane, OPERATOR, verb, resource, None)
+
+
+# ------------------------------------------------------------------------ sandbox identity
+
+
+def _sandbox(namespace: str) -> str:
+    return f"system:serviceaccount:{namespace}:{SANDBOX_SA}"
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "allowed"),
+    [
+        ("create", "sessions.corral.dev", True),
+        ("create", "approvals.corral.dev", True),
+        ("create", "evidences.corral.dev", True),
+        ("get", "sessions.corral.dev", True),
+        ("watch", "approvals.corral.dev", True),
+        ("get", "agents.corral.dev", True),
+        ("update", "approvals.corral.dev/status", False),
+        ("patch", "approvals.corral.dev/status", False),
+        ("update", "approvals.corral.dev", False),
+        ("delete", "approvals.corral.dev", False),
+        ("patch", "sessions.corral.dev/status", False),
+        ("patch", "evidences.corral.dev/status", False),
+        ("update", "sessions.corral.dev", False),
+        ("delete", "sessions.corral.dev", False),
+        ("get", "secrets", False),
+        ("list", "secrets", False),
+        ("create", "pods", False),
+        ("create", "pods/exec", False),
+        ("create", "serviceaccounts/token", False),
+        ("create", "agents.corral.dev", False),
+    ],
+)
+def test_the_sandbox_identity_asks_but_never_decides(
+    control_plane: ControlPlane, chart_rbac: str, verb: str, resource: str, allowed: bool
+) -> None:
+    assert _can(control_plane, _sandbox(chart_rbac), verb, resource, chart_rbac) is allowed
+
+
+def _approval(name: str, session_uid: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "corral.dev/v1alpha1",
+        "kind": "Approval",
+        "metadata": {"name": name},
+        "spec": {
+            "sessionRef": {"name": "some-session", "uid": session_uid},
+            "action": {"tool": "land", "arguments": "{}", "digest": "sha256:" + "0" * 64},
+            "reason": "land asks a human",
+        },
+    }
+
+
+def _as(cp: ControlPlane, kubeconfig: Path, *args: str, doc: dict[str, Any] | None = None) -> Any:
+    return cp.kubectl(
+        *args, input=yaml.safe_dump(doc) if doc else None, kubeconfig=kubeconfig, check=False
+    )
+
+
+def test_the_sandbox_identity_really_creates_but_cannot_decide_read_secrets_or_cross(
+    control_plane: ControlPlane, chart_rbac: str, other_namespace: str
+) -> None:
+    """Real requests with the sandbox's identity, not just `can-i`."""
+    ns = chart_rbac
+    sandbox = identity_kubeconfig(control_plane, ns, SANDBOX_SA)
+    control_plane.kubectl(
+        "create", "secret", "generic", "model-key", "-n", ns, "--from-literal=apiKey=sk-very-secret"
+    )
+
+    created = _as(control_plane, sandbox, "create", "-n", ns, "-f", "-", doc=_approval("a1", "u1"))
+    assert created.returncode == 0, created.stderr
+
+    decision = json.dumps({"status": {"decision": "Approved", "decidedBy": "the-agent"}})
+    decided = _as(
+        control_plane,
+        sandbox,
+        "patch",
+        "approval",
+        "a1",
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        decision,
+    )
+    assert decided.returncode != 0 and "forbidden" in decided.stderr.lower()
+    approval = json.loads(
+        control_plane.kubectl("get", "approval", "a1", "-n", ns, "-o", "json").stdout
+    )
+    assert (approval.get("status") or {}).get("decision") in (None, "Pending")
+
+    secret = _as(control_plane, sandbox, "get", "secret", "model-key", "-n", ns)
+    assert secret.returncode != 0 and "forbidden" in secret.stderr.lower()
+    assert "sk-very-secret" not in secret.stdout
+
+    elsewhere = _as(
+        control_plane,
+        sandbox,
+        "create",
+        "-n",
+        other_namespace,
+        "-f",
+        "-",
+        doc=_approval("a2", "u2"),
+    )
+    assert elsewhere.returncode != 0 and "forbidden" in elsewhere.stderr.lower()
+    listing = _as(control_plane, sandbox, "get", "sessions", "-n", other_namespace)
+    assert listing.returncode != 0 and "forbidden" in listing.stderr.lower()
+
+
+def test_the_chart_renders_with_defaults_and_refuses_bad_values(
+    control_plane: ControlPlane,
+) -> None:
+    docs = render_chart(control_plane, "corral", "team-a")
+    kinds = sorted(d["kind"] for d in docs)
+    assert kinds == sorted(
+        [
+            "ServiceAccount",
+            "ServiceAccount",
+            "ClusterRole",
+            "RoleBinding",
+            "Role",
+            "RoleBinding",
+            "Deployment",
+        ]
+    )
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    sc = container["securityContext"]
+    assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"]
+    assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False
+    assert "--namespace=team-a" in container["args"]
+    with pytest.raises(Exception, match="runAsUser"):
+        render_chart(control_plane, "corral", "team-a", **{"sandbox.runAsUser": 0})

@@ -1,0 +1,252 @@
+"""Agent validation, the driver-state-to-status mapping, merge patches, Evidence, Goal, Approval."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from corral_api.kinds import AdmissionLedger, SettlementRecord, Usage
+from corral_operator.driver import DriverState
+from corral_operator.evidencepod import build_evidence_pod
+from corral_operator.planning.agent import agent_ready, plan_agent, validate_agent_spec
+from corral_operator.planning.approval import check_approval
+from corral_operator.planning.evidence import plan_evidence
+from corral_operator.planning.goal import plan_goal
+from corral_operator.planning.patch import merge_patch
+from corral_operator.planning.turns import event_for, status_with_driver_state
+from corral_operator.settings import OperatorSettings
+
+NOW = "2026-11-29T12:00:00Z"
+LATER = "2026-11-29T12:05:00Z"
+
+
+def _agent_body(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "corral.dev/v1alpha1",
+        "kind": "Agent",
+        "metadata": {"name": "coder", "namespace": "a", "uid": "u", "generation": 3},
+        "spec": {"identity": "x", "model": "m", **spec},
+    }
+
+
+# ------------------------------------------------------------------------------------ Agent
+
+
+def test_valid_agent_is_ready_for_its_generation() -> None:
+    plan = plan_agent(_agent_body(), NOW)
+    assert plan.ready and plan.changed
+    (cond,) = plan.status["conditions"]
+    assert (cond["type"], cond["status"], cond["observedGeneration"]) == ("Ready", "True", 3)
+    body = {**_agent_body(), "status": plan.status}
+    assert agent_ready(body)
+    assert not plan_agent(body, LATER).changed
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ({"tools": {"allow": ["bash"], "deny": ["*"]}}, "refuses every tool"),
+        ({"tools": {"allow": ["bash"], "deny": ["bash"]}}, "in both tools.allow and tools.deny"),
+        ({"limits": {"maxDepth": 2}}, "only applies to orchestrators"),
+        ({"sandbox": {"egress": [{"cidr": "not-a-cidr"}]}}, "is not a CIDR"),
+        ({"thinkingLevel": "extreme"}, "spec.thinkingLevel"),
+        ({"model": ""}, "spec.model"),
+    ],
+)
+def test_invalid_agent_is_not_ready_and_says_why(spec: dict[str, Any], problem: str) -> None:
+    plan = plan_agent(_agent_body(**spec), NOW)
+    assert not plan.ready
+    assert plan.reason == "InvalidSpec"
+    assert problem in plan.message
+    assert not agent_ready({**_agent_body(**spec), "status": plan.status})
+
+
+def test_orchestrator_may_lower_max_depth() -> None:
+    spec, problems = validate_agent_spec(
+        {"identity": "x", "model": "m", "orchestrator": True, "limits": {"maxDepth": 2}}
+    )
+    assert spec is not None and problems == []
+
+
+def test_fixing_an_agent_flips_ready_and_moves_the_transition_time() -> None:
+    bad = plan_agent(_agent_body(tools={"allow": ["a"], "deny": ["a"]}), NOW)
+    fixed = plan_agent({**_agent_body(), "status": bad.status}, LATER)
+    (cond,) = fixed.status["conditions"]
+    assert cond["status"] == "True" and cond["lastTransitionTime"] == LATER
+
+
+# ------------------------------------------------------------------------------- turns
+
+
+def test_driver_state_becomes_status_with_conditions() -> None:
+    state = DriverState(
+        phase="Running",
+        turns=1,
+        ledger=AdmissionLedger(stream_url="/u", offset=4, submission_id="s2", turn=2),
+        usage=Usage(input_tokens=10, output_tokens=5, cost=0.01),
+    )
+    status = status_with_driver_state({"podName": "p"}, state, "ready", now=NOW, generation=1)
+    assert status["podName"] == "p"  # planner fields survive
+    assert status["ledger"] == {"streamUrl": "/u", "offset": 4, "submissionId": "s2", "turn": 2}
+    assert status["usage"]["inputTokens"] == 10
+    progressing = next(c for c in status["conditions"] if c["type"] == "Progressing")
+    assert progressing["reason"] == "Turn2InFlight"
+
+
+def test_settled_state_drops_the_ledger_through_the_merge_patch() -> None:
+    before = status_with_driver_state(
+        {},
+        DriverState(
+            phase="Running",
+            ledger=AdmissionLedger(stream_url="/u", offset=0, submission_id="s1", turn=1),
+        ),
+        "ready",
+        now=NOW,
+        generation=1,
+    )
+    after = status_with_driver_state(
+        before,
+        DriverState(
+            phase="Succeeded",
+            turns=1,
+            last_settlement=SettlementRecord(submission_id="s1", status="completed", turn=1),
+            finished_at=LATER,
+        ),
+        "ready",
+        now=LATER,
+        generation=1,
+    )
+    patch = merge_patch(before, after)
+    assert patch["ledger"] is None
+    assert patch["phase"] == "Succeeded"
+    succeeded = next(c for c in after["conditions"] if c["type"] == "Succeeded")
+    assert succeeded["status"] == "True" and succeeded["reason"] == "Completed"
+
+
+def test_merge_patch_is_minimal_and_round_trips() -> None:
+    old = {"a": 1, "b": {"c": 2, "d": 3}, "e": [1]}
+    new = {"a": 1, "b": {"c": 2, "d": 4}, "e": [1, 2], "f": None}
+    patch = merge_patch(old, new)
+    assert patch == {"b": {"d": 4}, "e": [1, 2], "f": None}
+    assert merge_patch(old, old) == {}
+    assert merge_patch({"x": 1}, {}) == {"x": None}
+
+
+def test_driver_events_become_kubernetes_events() -> None:
+    admitted = event_for({"source": "driver", "type": "admitted", "turn": 1, "submissionId": "s"})
+    assert admitted is not None and admitted.reason == "TurnAdmitted"
+    failed = event_for(
+        {"source": "driver", "type": "settled", "turn": 2, "status": "failed", "error": "boom"}
+    )
+    assert failed is not None and failed.type == "Warning" and "boom" in failed.message
+    evaluated = event_for(
+        {
+            "source": "driver",
+            "type": "settled",
+            "turn": 2,
+            "status": "completed",
+            "evaluation": {"passed": False, "summary": "substring 'ok' not found"},
+        }
+    )
+    assert evaluated is not None and evaluated.reason == "EvaluationFailed"
+    finished = event_for({"source": "driver", "type": "finished", "phase": "Succeeded"})
+    assert finished is not None and finished.reason == "SessionFinished"
+    assert event_for({"type": "tool_start", "submissionId": "s", "offset": 1}) is None
+
+
+# ----------------------------------------------------------------------------- Evidence
+
+SHA = "a" * 40
+
+
+def _evidence(status: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "unit", "namespace": "a", "uid": "ev-uid", "generation": 1},
+        "spec": {"repo": "https://x/r.git", "revision": SHA, "check": "unit", "command": "make"},
+        "status": status or {},
+    }
+
+
+def _check_pod(exit_code: int | None, init_exit: int | None = None) -> dict[str, Any]:
+    status: dict[str, Any] = {}
+    if init_exit is not None:
+        status["initContainerStatuses"] = [
+            {"name": "checkout", "state": {"terminated": {"exitCode": init_exit}}}
+        ]
+    if exit_code is not None:
+        status["containerStatuses"] = [
+            {"name": "check", "state": {"terminated": {"exitCode": exit_code, "message": "m"}}}
+        ]
+    return {"metadata": {"name": "corral-ev-unit"}, "status": status}
+
+
+def test_evidence_starts_its_pod_then_records_the_verdict() -> None:
+    start = plan_evidence(_evidence(), None, NOW)
+    assert start.create_pod and start.status["verdict"] == "Pending"
+    assert start.status["podName"] == "corral-ev-unit"
+    running = plan_evidence(_evidence(start.status), _check_pod(None), NOW)
+    assert not running.finished and not running.create_pod
+    passed = plan_evidence(_evidence(start.status), _check_pod(0), LATER, "all good\n")
+    assert passed.finished and passed.status["verdict"] == "Pass"
+    assert passed.status["exitCode"] == 0 and passed.status["logTail"] == "all good\n"
+    failed = plan_evidence(_evidence(start.status), _check_pod(2), LATER)
+    assert failed.status["verdict"] == "Fail" and failed.status["exitCode"] == 2
+
+
+def test_evidence_checkout_failure_is_an_error_not_a_fail() -> None:
+    plan = plan_evidence(_evidence(), _check_pod(None, init_exit=128), NOW)
+    assert plan.status["verdict"] == "Error" and plan.finished
+
+
+def test_a_verdict_is_final() -> None:
+    done = {"verdict": "Pass", "exitCode": 0}
+    plan = plan_evidence(_evidence(done), _check_pod(1), LATER)
+    assert plan.status["verdict"] == "Pass" and not plan.create_pod
+
+
+def test_evidence_pod_is_clean_and_restricted() -> None:
+    from corral_api.kinds import Evidence
+
+    ev = Evidence.model_validate({k: _evidence()[k] for k in ("metadata", "spec")})
+    pod = build_evidence_pod(ev, OperatorSettings())
+    spec = pod["spec"]
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["restartPolicy"] == "Never"
+    assert all("secret" not in v and "projected" not in v for v in spec["volumes"])
+    for c in [*spec["initContainers"], *spec["containers"]]:
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+        assert all("valueFrom" not in e for e in c["env"])
+    assert SHA in spec["initContainers"][0]["args"]
+    assert spec["containers"][0]["command"] == ["sh", "-c", "make"]
+
+
+# ------------------------------------------------------------------------- Goal, Approval
+
+
+def test_goal_status_is_initialised_once() -> None:
+    body = {
+        "metadata": {"generation": 1},
+        "spec": {
+            "description": "green CI",
+            "success": {"name": "ci", "command": "make test"},
+            "sessionTemplate": {
+                "spec": {"agentRef": "coder", "task": "t", "workspace": {"repo": "r"}}
+            },
+        },
+    }
+    status, changed = plan_goal(body, NOW)
+    assert changed and status["verdict"] == "Pending" and status["waves"] == 0
+    assert plan_goal({**body, "status": status}, LATER) == (status, False)
+
+
+def test_approval_must_bind_to_the_sessions_uid() -> None:
+    approval = {
+        "metadata": {"name": "ap"},
+        "spec": {"sessionRef": {"name": "s", "uid": "u1"}, "action": {"tool": "land"}},
+    }
+    assert check_approval(approval, None).reason == "SessionNotFound"
+    assert check_approval(approval, {"metadata": {"uid": "u2"}}).reason == "SessionMismatch"
+    ok = check_approval(approval, {"metadata": {"uid": "u1"}})
+    assert ok.reason == "ApprovalRequested" and "land" in ok.message
