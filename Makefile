@@ -45,10 +45,10 @@ bench: $(STAMP) control-plane ## Benchmarks: harness step overhead, cold start, 
 demo: $(STAMP) ## Run the demo session on this machine: no cluster, no network, no key needed
 	CORRAL_BIN=$(BIN)/corral bash demo/run_demo.sh
 
-dev-cluster: $(STAMP) control-plane ## Start the local control plane and node; writes .corral/dev/kubeconfig
+dev-cluster: $(STAMP) control-plane ## Local cluster running Corral (control plane, node, operator, demo model)
 	$(BIN)/python -m corral_dev up
 
-dev-cluster-down: $(STAMP) ## Stop the local control plane and node
+dev-cluster-down: $(STAMP) ## Stop everything dev-cluster started
 	$(BIN)/python -m corral_dev down
 
 e2e-kind: ## End-to-end on kind (needs Docker and kind; not in CI here)

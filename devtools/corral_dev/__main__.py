@@ -1,4 +1,13 @@
-"""`python -m corral_dev up|down|status`: the local control plane and node for kubectl users."""
+"""`python -m corral_dev up|down|status`: a local cluster with Corral running, for kubectl users.
+
+`up` starts the control plane (etcd, kube-apiserver, kube-controller-manager), the local node,
+the chart's ServiceAccounts and RBAC, a model (the scripted demo model, or Anthropic's API when
+ANTHROPIC_API_KEY is set) and `corral-operator` as a local process under the chart's operator
+identity, watching `default`. It copies examples/demo/repo into a git repository under
+`<dev dir>/repos`, which the operator's `--local-repo-root` resolves `workspace.repo: demo/repo`
+against. Every process's pid is recorded in `<dev dir>/pids.json` and `down` stops them all;
+logs are in `<dev dir>/state/logs/`. The dev dir is `.corral/dev`, or $CORRAL_DEV_DIR.
+"""
 
 from __future__ import annotations
 
@@ -12,79 +21,274 @@ import sys
 import time
 from pathlib import Path
 
-from . import controlplane
+import yaml
+
+from . import controlplane, stack
 
 DEV_DIR = Path(os.environ.get("CORRAL_DEV_DIR", controlplane.REPO_ROOT / ".corral" / "dev"))
 PIDS = DEV_DIR / "pids.json"
+INFO = DEV_DIR / "info.json"
+LOGS = DEV_DIR / "state" / "logs"
+REPOS = DEV_DIR / "repos"
+EXAMPLES = controlplane.REPO_ROOT / "examples"
+NAMESPACE = "default"
+RELEASE = "corral"
+NODE_NAME = "corral-local-node"
+MODEL_SECRET = "anthropic-api-key"
+MODEL_SECRET_KEY = "apiKey"
+ANTHROPIC_URL = "https://api.anthropic.com"
 
 
-def _alive(pid: int) -> bool:
+def _read_pids() -> dict[str, int]:
     try:
-        os.kill(pid, 0)
-    except OSError:
-        return False
-    return True
+        return {str(k): int(v) for k, v in json.loads(PIDS.read_text()).items()}
+    except (OSError, ValueError):
+        return {}
+
+
+def _print_exports(info: dict[str, str]) -> None:
+    print(f"export KUBECONFIG={DEV_DIR / 'kubeconfig'}")
+    print(f"export PATH={info['bin_dir']}:$PATH   # kubectl and helm")
+
+
+# ------------------------------------------------------------------------------------- up
 
 
 def up() -> int:
-    if PIDS.exists() and all(_alive(p) for p in json.loads(PIDS.read_text()).values()):
-        print(f"dev cluster already running; kubeconfig: {DEV_DIR / 'kubeconfig'}")
+    pids = _read_pids()
+    if pids and INFO.exists() and all(stack.process_alive(p) for p in pids.values()):
+        print(f"dev cluster already running (logs in {LOGS})")
+        _print_exports(json.loads(INFO.read_text()))
         return 0
+    if pids:  # a partial or crashed earlier run: stop what is left before starting afresh
+        down()
     shutil.rmtree(DEV_DIR, ignore_errors=True)
-    plane = controlplane.start(DEV_DIR / "state")
-    controlplane.install_crds(plane)
-    shutil.copy(plane.kubeconfig, DEV_DIR / "kubeconfig")
-    pids = {name: proc.pid for name, proc in plane.processes.items()}
-    node_log = (DEV_DIR / "state" / "logs" / "local-node.log").open("wb")
-    node = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "corral_dev.localnode",
-            "--kubeconfig",
-            str(plane.kubeconfig),
-            "--workdir",
-            str(DEV_DIR / "node"),
-        ],
-        stdout=node_log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    pids["local-node"] = node.pid
-    PIDS.write_text(json.dumps(pids))
-    print(f"dev cluster up ({plane.server}); local node pid {node.pid}")
-    print(f"export KUBECONFIG={DEV_DIR / 'kubeconfig'}")
-    print(f"export PATH={plane.bin_dir}:$PATH   # kubectl and helm")
+    DEV_DIR.mkdir(parents=True)
+    pids = {}
+    try:
+        info = _start(pids)
+    except (controlplane.ControlPlaneError, stack.StackError, subprocess.SubprocessError) as e:
+        detail = getattr(e, "stderr", None) or ""
+        print(f"dev cluster did not come up: {e}\n{detail}".rstrip(), file=sys.stderr)
+        print(f"logs: {LOGS}", file=sys.stderr)
+        down()
+        return 1
+    except BaseException:
+        down()
+        raise
+    print(f"dev cluster up: API server {info['server']}, operator watching '{NAMESPACE}'")
+    print(f"  model: {info['model']}" + (" (scripted demo)" if not info["model_secret"] else ""))
+    print(f"  logs:  {LOGS}")
+    if info["model_secret"]:
+        print(
+            f"  the key is in Secret {NAMESPACE}/{MODEL_SECRET} (key {MODEL_SECRET_KEY}); an "
+            "Agent uses it with spec.credentials.modelSecretRef, e.g. after applying agent.yaml:\n"
+            "    kubectl patch agent fixer --type merge -p "
+            f'\'{{"spec":{{"credentials":{{"modelSecretRef":{{"name":"{MODEL_SECRET}",'
+            f'"key":"{MODEL_SECRET_KEY}"}}}}}}}}\''
+        )
+    _print_exports(info)
     return 0
 
 
+def _record(pids: dict[str, int], name: str, pid: int) -> None:
+    pids[name] = pid
+    PIDS.write_text(json.dumps(pids))
+
+
+def _start(pids: dict[str, int]) -> dict[str, str]:
+    plane = controlplane.start(DEV_DIR / "state")
+    for name, proc in plane.processes.items():
+        _record(pids, name, proc.pid)
+    controlplane.install_crds(plane)
+    shutil.copy(plane.kubeconfig, DEV_DIR / "kubeconfig")
+
+    node_log = LOGS / "local-node.log"
+    with node_log.open("wb") as out:
+        node = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "corral_dev.localnode",
+                "--kubeconfig",
+                str(plane.kubeconfig),
+                "--workdir",
+                str(DEV_DIR / "node"),
+                "--node-name",
+                NODE_NAME,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env=stack.without_credentials(os.environ),
+            start_new_session=True,
+        )
+    _record(pids, "local-node", node.pid)
+
+    # The chart's identities and rules, and `default` ready for sandbox pods.
+    stack.install_rbac(plane, RELEASE, [NAMESPACE])
+    stack.enforce_restricted(plane, NAMESPACE)
+    _demo_repo(REPOS / "demo" / "repo")
+
+    key = os.environ.get("ANTHROPIC_API_KEY")
+    if key:
+        model_url = os.environ.get("ANTHROPIC_BASE_URL") or ANTHROPIC_URL
+        _model_secret(plane, key)
+    else:
+        port = controlplane.free_port()
+        model_url = f"http://127.0.0.1:{port}"
+        log = LOGS / "model.log"
+        model = stack.start_scripted_model(
+            port, EXAMPLES / "demo" / "scenario.yaml", log, detach=True
+        )
+        _record(pids, "model", model.pid)
+        stack.wait_serving("the scripted model", f"{model_url}/_requests", model, log)
+
+    health = controlplane.free_port()
+    kubeconfig = stack.identity_kubeconfig(plane, stack.OPERATOR_NAMESPACE, stack.OPERATOR_SA)
+    log = LOGS / "operator.log"
+    operator = stack.start_operator(
+        stack.operator_args(
+            plane,
+            kubeconfig=kubeconfig,
+            namespaces=[NAMESPACE],
+            health_port=health,
+            model_url=model_url,
+            local_repo_root=REPOS,
+        ),
+        log,
+        detach=True,
+    )
+    _record(pids, "operator", operator.pid)
+    stack.wait_serving(
+        "the operator", f"http://127.0.0.1:{health}/healthz", operator, log, timeout=60
+    )
+    _wait_ready(plane, node, node_log)
+    info = {
+        "server": plane.server,
+        "bin_dir": str(plane.bin_dir),
+        "model": model_url,
+        "model_secret": f"{NAMESPACE}/{MODEL_SECRET}" if key else "",
+    }
+    INFO.write_text(json.dumps(info))
+    return info
+
+
+def _wait_ready(
+    plane: controlplane.ControlPlane, node: subprocess.Popen[bytes], node_log: Path
+) -> None:
+    """The node Ready, and `default` holding what a pod needs (its SA, the API server's CA)."""
+    deadline = time.monotonic() + 60
+    checks = [
+        ("get", "node", NODE_NAME, "-o", "jsonpath={.status.conditions[0].status}"),
+        ("get", "serviceaccount", "default", "-n", NAMESPACE, "-o", "name"),
+        ("get", "configmap", "kube-root-ca.crt", "-n", NAMESPACE, "-o", "name"),
+    ]
+    for check in checks:
+        while True:
+            done = plane.kubectl(*check, check=False)
+            if done.returncode == 0 and done.stdout.strip() not in ("", "False", "Unknown"):
+                break
+            if node.poll() is not None:
+                raise controlplane.ControlPlaneError(
+                    f"the local node exited:\n{node_log.read_text()[-4000:]}"
+                )
+            if time.monotonic() > deadline:
+                raise controlplane.ControlPlaneError(f"timed out on kubectl {' '.join(check)}")
+            time.sleep(0.2)
+
+
+def _demo_repo(dest: Path) -> None:
+    """examples/demo/repo as a git repository with one commit on `main`."""
+    shutil.copytree(
+        EXAMPLES / "demo" / "repo", dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
+    )
+    git = [
+        "git",
+        "-c",
+        "user.name=Corral dev cluster",
+        "-c",
+        "user.email=dev@corral.invalid",
+        "-c",
+        "commit.gpgsign=false",
+    ]
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "demo"]):
+        subprocess.run([*git, *args], cwd=dest, check=True, capture_output=True)
+
+
+def _model_secret(plane: controlplane.ControlPlane, key: str) -> None:
+    """The model key as a Secret in the sandbox namespace: only the custodian mounts it."""
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": MODEL_SECRET, "namespace": NAMESPACE},
+        "type": "Opaque",
+        "stringData": {MODEL_SECRET_KEY: key},
+    }
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(secret))  # on stdin, not in argv
+
+
+# ----------------------------------------------------------------------------------- down
+
+
 def down() -> int:
-    if not PIDS.exists():
+    pids = _read_pids()
+    if not pids:
         print("no dev cluster")
+        PIDS.unlink(missing_ok=True)
         return 0
-    pids = json.loads(PIDS.read_text())
-    for pid in pids.values():
-        if _alive(pid):
-            os.killpg(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline and any(_alive(p) for p in pids.values()):
-        time.sleep(0.2)
-    for pid in pids.values():
-        if _alive(pid):
-            os.killpg(pid, signal.SIGKILL)
-    PIDS.unlink()
+    # Last started, first stopped: the operator and model, then the node (it stops its pods'
+    # processes while the API server still answers), then the control plane.
+    for name, pid in reversed(pids.items()):
+        _stop(name, pid)
+    PIDS.unlink(missing_ok=True)
+    INFO.unlink(missing_ok=True)
     print("dev cluster stopped")
     return 0
 
 
+def _stop(name: str, pid: int, grace: float = 20.0) -> None:
+    """SIGTERM the process group `pid` leads, SIGKILL it if it is not gone after `grace`."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        if not stack.process_alive(pid):
+            return
+        if sig == signal.SIGKILL:
+            print(f"{name} (pid {pid}) still running {grace:.0f}s after SIGTERM; killing it")
+        try:
+            os.killpg(pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and stack.process_alive(pid):
+            time.sleep(0.1)
+    if stack.process_alive(pid):
+        print(f"warning: {name} (pid {pid}) did not stop", file=sys.stderr)
+
+
+def status() -> int:
+    pids = _read_pids()
+    if not pids:
+        print("no dev cluster")
+        return 1
+    for name, pid in pids.items():
+        print(f"{name:<24} pid {pid:<8} {'running' if stack.process_alive(pid) else 'gone'}")
+    if INFO.exists():
+        _print_exports(json.loads(INFO.read_text()))
+    return 0 if all(stack.process_alive(p) for p in pids.values()) else 1
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m corral_dev", description=__doc__)
-    parser.add_argument("command", choices=["up", "down", "build"])
+    parser = argparse.ArgumentParser(
+        prog="python -m corral_dev",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("command", choices=["up", "down", "status", "build"])
     args = parser.parse_args(argv)
     if args.command == "build":
         print(controlplane.binaries())
         return 0
-    return up() if args.command == "up" else down()
+    return {"up": up, "down": down, "status": status}[args.command]()
 
 
 if __name__ == "__main__":

@@ -60,11 +60,21 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-dns-egress", action="store_true")
     p.add_argument("--run-as-user", type=int, default=d.run_as_user)
     p.add_argument("--wire-wait-seconds", type=float, default=d.wire_wait_seconds)
+    p.add_argument(
+        "--local-repo-root",
+        default=d.local_repo_root,
+        help="development aid for local clusters: resolve a relative workspace.repo against "
+        "this directory on the node (off by default: relative repos are refused)",
+    )
     p.add_argument("--liveness", default="http://0.0.0.0:8080/healthz")
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     if not args.namespace and not args.all_namespaces:
         p.error("give --namespace (repeatable) or --all-namespaces")
+    if args.local_repo_root is not None:
+        if not args.local_repo_root:
+            p.error("--local-repo-root must name a directory")
+        args.local_repo_root = os.path.abspath(args.local_repo_root)
     if args.token_expiry_seconds < 600:
         p.error("--token-expiry-seconds must be at least 600 (the API server's minimum)")
     return args
@@ -86,6 +96,7 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         allow_dns=not args.no_dns_egress,
         run_as_user=args.run_as_user,
         wire_wait_seconds=args.wire_wait_seconds,
+        local_repo_root=args.local_repo_root,
     )
 
 

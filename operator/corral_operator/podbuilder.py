@@ -14,6 +14,7 @@ dicts in unit tests. The credential split is the point of this module:
 from __future__ import annotations
 
 import json
+import posixpath
 from dataclasses import dataclass
 from typing import Any
 
@@ -145,6 +146,42 @@ def _validate(agent: Agent, session: Session) -> None:
         raise SandboxSpecError(
             f"Session names Agent {session.spec.agent_ref!r}, given {agent.metadata.get('name')!r}"
         )
+
+
+def is_relative_repo(repo: str) -> bool:
+    """A relative path, as git would read `repo`: not absolute, not a URL, not `host:path`."""
+    if repo.startswith("/") or "://" in repo:
+        return False
+    colon, slash = repo.find(":"), repo.find("/")
+    scp_like = colon > 0 and (slash < 0 or colon < slash)  # git@host:org/repo, host:repo
+    return not scp_like
+
+
+def resolve_repo(repo: str, local_repo_root: str | None) -> str:
+    """The repository the checkout clones: `repo` itself, or a relative one under the root.
+
+    A relative `workspace.repo` (what `corral run` resolves against the YAML's directory) means
+    nothing to a cluster, so it is refused unless the operator runs with a local repo root, a
+    development aid for local clusters. The check is lexical (no I/O here): after
+    normalisation the path must stay strictly inside the root, so `..` cannot leave it.
+    """
+    if not is_relative_repo(repo):
+        return repo
+    if local_repo_root is None:
+        raise SandboxSpecError(
+            f"workspace.repo {repo!r} is a relative path, which a cluster cannot clone; give a "
+            "git URL or an absolute path (relative paths work only with an operator started "
+            "with --local-repo-root, a development aid for local clusters)"
+        )
+    root = posixpath.normpath(local_repo_root)
+    if not posixpath.isabs(root):
+        raise SandboxSpecError(f"the local repo root {local_repo_root!r} is not absolute")
+    resolved = posixpath.normpath(posixpath.join(root, repo))
+    if not resolved.startswith(root.rstrip("/") + "/"):
+        raise SandboxSpecError(
+            f"workspace.repo {repo!r} is not inside the local repo root {local_repo_root!r}"
+        )
+    return resolved
 
 
 def _resources(agent: Agent) -> dict[str, Any]:
@@ -302,7 +339,7 @@ def build_pod(agent: Agent, session: Session, settings: OperatorSettings) -> dic
         "-c",
         CHECKOUT_SCRIPT,
         "checkout",
-        spec.workspace.repo,
+        resolve_repo(spec.workspace.repo, settings.local_repo_root),
         spec.workspace.ref,
         naming.session_branch(name),
         workspace_mount,

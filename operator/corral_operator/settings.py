@@ -45,3 +45,7 @@ class OperatorSettings:
     run_as_user: int = 10001  # the sandbox image's numeric uid
     # Long-poll window for one wait call on the wire, in seconds.
     wire_wait_seconds: float = 20.0
+    # A development aid for local clusters (`make dev-cluster`), off by default: an absolute
+    # directory on the node against which a relative `workspace.repo` (e.g. `demo/repo`) is
+    # resolved. Without it a relative repo is refused: a cluster has nothing to clone it from.
+    local_repo_root: str | None = None

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -26,27 +24,36 @@ import httpx
 import pytest
 import yaml
 
-from corral_dev import controlplane
+from corral_dev import controlplane, stack
 from corral_dev.controlplane import ControlPlane
+from corral_dev.stack import (
+    OPERATOR_NAMESPACE,
+    OPERATOR_SA,
+    SANDBOX_SA,
+    apply_docs,
+    ensure_namespace,
+    identity_kubeconfig,
+    render_chart,
+)
 
 from ._node_fixtures import LocalNodeHandle, local_node
 
 __all__ = [
     "OPERATOR_NAMESPACE",
+    "OPERATOR_SA",
+    "SANDBOX_SA",
     "OperatorHandle",
     "ScriptedModelHandle",
+    "apply_docs",
+    "ensure_namespace",
     "git_repo",
+    "identity_kubeconfig",
     "local_node",
     "operator",
+    "render_chart",
     "scripted_model",
 ]
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
-CHART = REPO_ROOT / "charts" / "corral"
-OPERATOR_NAMESPACE = "corral-system"
-OPERATOR_SA = "corral-operator"
-SANDBOX_SA = "corral-sandbox"
-VENV_BIN = Path(sys.executable).parent
 T = TypeVar("T")
 
 
@@ -66,46 +73,6 @@ def get_json(cp: ControlPlane, *args: str) -> dict[str, Any] | None:
     if done.returncode != 0:
         return None
     return dict(json.loads(done.stdout))
-
-
-def render_chart(
-    cp: ControlPlane, release: str, namespace: str, **values: Any
-) -> list[dict[str, Any]]:
-    args = [
-        str(cp.bin_dir / "helm"),
-        "template",
-        release,
-        str(CHART),
-        "--namespace",
-        OPERATOR_NAMESPACE,
-        "--kube-version",
-        "1.34.4",
-        "--set-json",
-        f"watchNamespaces={json.dumps([namespace])}",
-    ]
-    for key, value in values.items():
-        args += ["--set-json", f"{key}={json.dumps(value)}"]
-    done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=False)
-    if done.returncode != 0:
-        raise ValueError(f"helm template failed: {done.stderr}")
-    return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
-
-
-def apply_docs(cp: ControlPlane, docs: list[dict[str, Any]]) -> None:
-    cp.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
-
-
-def ensure_namespace(cp: ControlPlane, name: str) -> None:
-    if cp.kubectl("get", "namespace", name, check=False).returncode != 0:
-        cp.kubectl("create", "namespace", name, check=False)
-
-
-def identity_kubeconfig(cp: ControlPlane, namespace: str, sa: str) -> Path:
-    """A client-certificate identity that RBAC sees as the ServiceAccount `namespace/sa`."""
-    return cp.user_kubeconfig(
-        f"system:serviceaccount:{namespace}:{sa}",
-        ["system:serviceaccounts", f"system:serviceaccounts:{namespace}", "system:authenticated"],
-    )
 
 
 # ------------------------------------------------------------------------- scripted model
@@ -135,33 +102,14 @@ def scripted_model() -> Iterator[ScriptedModelHandle]:
     port = free_port()
     script = Path(tempfile.mkdtemp(prefix="corral-model-")) / "script.yaml"
     script.write_text(yaml.safe_dump({"default": [{"text": "Done."}]}))
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "corral_harness.scripted",
-            "--port",
-            str(port),
-            "--script",
-            str(script),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    process = stack.start_scripted_model(port, script)
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for("the scripted model", lambda: _serving(f"{url}/_requests"), timeout=30)
+        stack.wait_serving("the scripted model", f"{url}/_requests", process)
         yield ScriptedModelHandle(url, process)
     finally:
         process.terminate()
         process.wait(timeout=10)
-
-
-def _serving(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 # -------------------------------------------------------------------------------- operator
@@ -178,14 +126,7 @@ class OperatorHandle:
     process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-        with self.log.open("ab") as out:
-            self.process = subprocess.Popen(
-                [str(VENV_BIN / "corral-operator"), *self.args],
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                env=env,
-            )
+        self.process = stack.start_operator(self.args, self.log)
 
     def kill(self) -> None:
         """SIGKILL: no cleanup, no graceful stop, as a crashed operator."""
@@ -264,9 +205,7 @@ def operator(
 ) -> Iterator[OperatorHandle]:
     """The operator for `namespace`, running under the chart's RBAC, and the sandbox identity."""
     _require_single_pass_remap(local_node)
-    ensure_namespace(control_plane, OPERATOR_NAMESPACE)
-    docs = render_chart(control_plane, f"corral-{namespace}", namespace)
-    apply_docs(control_plane, [d for d in docs if d["kind"] != "Deployment"])
+    stack.install_rbac(control_plane, f"corral-{namespace}", namespace)
     kubeconfig = identity_kubeconfig(control_plane, OPERATOR_NAMESPACE, OPERATOR_SA)
     health = controlplane.free_port()
     log = Path(tempfile.mkdtemp(prefix="corral-operator-")) / "operator.log"
@@ -274,31 +213,21 @@ def operator(
         control_plane,
         namespace,
         kubeconfig,
-        [
-            "--namespace",
-            namespace,
-            "--kubeconfig",
-            str(kubeconfig),
-            "--liveness",
-            f"http://127.0.0.1:{health}/healthz",
-            "--model-upstream-url",
-            scripted_model.url,
-            "--kube-api-url",
-            control_plane.server,
-            "--token-audience",
-            controlplane.API_AUDIENCE,
-            "--wire-wait-seconds",
-            "5",
-        ],
+        stack.operator_args(
+            control_plane,
+            kubeconfig=kubeconfig,
+            namespaces=[namespace],
+            health_port=health,
+            model_url=scripted_model.url,
+            wire_wait_seconds=5,
+        ),
         log,
         node=local_node,
     )
     handle.start()
     try:
-        wait_for(
-            "the operator's liveness endpoint",
-            lambda: _serving(f"http://127.0.0.1:{health}/healthz"),
-            timeout=30,
+        stack.wait_serving(
+            "the operator", f"http://127.0.0.1:{health}/healthz", handle.process, log
         )
         yield handle
     finally:

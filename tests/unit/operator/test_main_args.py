@@ -46,3 +46,12 @@ def test_bad_flags_are_refused(argv: list[str], capsys: pytest.CaptureFixture[st
         parse_args(argv)
     assert exit_.value.code == 2
     assert "error:" in capsys.readouterr().err
+
+
+def test_local_repo_root_is_off_by_default_and_made_absolute(
+    tmp_path: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert settings_from(parse_args(["-A"])).local_repo_root is None
+    monkeypatch.chdir(str(tmp_path))
+    s = settings_from(parse_args(["-A", "--local-repo-root", "repos"]))
+    assert s.local_repo_root == f"{tmp_path}/repos"

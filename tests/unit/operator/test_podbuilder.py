@@ -15,6 +15,7 @@ from corral_operator.podbuilder import (
     build_network_policy,
     build_pod,
     build_sandbox,
+    resolve_repo,
 )
 from corral_operator.settings import EgressTarget, OperatorSettings
 
@@ -241,6 +242,72 @@ def test_network_policy_without_allowlist_has_no_open_egress() -> None:
 def test_bad_workspace_is_refused_with_a_reason(workspace: dict[str, Any], reason: str) -> None:
     with pytest.raises(SandboxSpecError, match=reason):
         build_pod(agent(), session(workspace=workspace), SETTINGS)
+
+
+ROOT = "/srv/corral/repos"
+
+
+def _cloned(repo: str, settings: OperatorSettings) -> str:
+    """The repository the checkout init container is told to clone."""
+    init = _containers(build_pod(agent(), session(workspace={"repo": repo}), settings))["checkout"]
+    return str(init["args"][3])
+
+
+@pytest.mark.parametrize(
+    ("repo", "cloned"),
+    [
+        ("demo/repo", f"{ROOT}/demo/repo"),
+        ("./demo/./repo/", f"{ROOT}/demo/repo"),
+        ("demo/x/../repo", f"{ROOT}/demo/repo"),
+        ("~/repo", f"{ROOT}/~/repo"),  # git does not expand ~ and neither do we
+    ],
+)
+def test_relative_repo_resolves_under_the_local_repo_root(repo: str, cloned: str) -> None:
+    settings = OperatorSettings(local_repo_root=ROOT)
+    assert _cloned(repo, settings) == cloned
+    assert resolve_repo(repo, ROOT + "/") == cloned  # a trailing slash on the root is the same
+
+
+@pytest.mark.parametrize(
+    "repo",
+    [
+        "https://git.example/repo.git",
+        "ssh://git@git.example/org/repo.git",
+        "file:///srv/elsewhere/repo",
+        "git@github.com:org/repo.git",
+        "host:repo",
+        "/srv/elsewhere/repo",
+        "/srv/corral/repos/../secret",  # absolute: taken as written, the root does not apply
+    ],
+)
+def test_urls_and_absolute_paths_are_cloned_as_written(repo: str) -> None:
+    assert _cloned(repo, OperatorSettings(local_repo_root=ROOT)) == repo
+    assert _cloned(repo, SETTINGS) == repo
+
+
+@pytest.mark.parametrize("repo", ["..", "../other", "demo/../../other", "./..//x", ".", "demo/.."])
+def test_relative_repo_cannot_escape_the_local_repo_root(repo: str) -> None:
+    with pytest.raises(SandboxSpecError, match="is not inside the local repo root"):
+        build_pod(
+            agent(), session(workspace={"repo": repo}), OperatorSettings(local_repo_root=ROOT)
+        )
+
+
+def test_root_itself_is_no_prefix_match_for_a_sibling() -> None:
+    """`/srv/corral/repos-evil` starts with the root's text but is not inside it."""
+    with pytest.raises(SandboxSpecError, match="is not inside"):
+        resolve_repo("../repos-evil/x", ROOT)
+
+
+def test_relative_repo_without_a_local_root_is_refused() -> None:
+    assert OperatorSettings().local_repo_root is None  # off by default
+    with pytest.raises(SandboxSpecError, match="relative path, which a cluster cannot clone"):
+        build_pod(agent(), session(workspace={"repo": "demo/repo"}), SETTINGS)
+
+
+def test_a_relative_local_repo_root_is_refused() -> None:
+    with pytest.raises(SandboxSpecError, match="not absolute"):
+        resolve_repo("demo/repo", "repos")
 
 
 def test_session_must_name_the_agent_given() -> None:

@@ -146,6 +146,24 @@ def test_a_spec_the_sandbox_cannot_run_fails_with_invalid_spec() -> None:
     assert plan.events[-1].type == "Warning" and plan.events[-1].reason == "PhaseFailed"
 
 
+def test_a_relative_repo_without_a_local_root_fails_and_says_why() -> None:
+    body = _session(workspace={"repo": "demo/repo"})
+    plan = plan_session(body, _agent(), None, SETTINGS, NOW)
+    assert plan.status["phase"] == "Failed"
+    assert "'demo/repo' is a relative path" in plan.status["message"]
+    assert "--local-repo-root" in plan.status["message"]
+    assert _cond(plan.status, "Failed")["reason"] == "InvalidSpec"
+    assert not plan.create_sandbox
+
+
+def test_a_relative_repo_under_a_local_root_creates_the_sandbox() -> None:
+    body = _session(workspace={"repo": "demo/repo"})
+    settings = OperatorSettings(local_repo_root="/srv/corral/repos")
+    plan = plan_session(body, _agent(), None, settings, NOW)
+    assert plan.create_sandbox
+    assert plan.status.get("phase") != "Failed"
+
+
 def test_unparseable_session_fails_with_the_field_named() -> None:
     body = _session()
     body["spec"]["task"] = ""
