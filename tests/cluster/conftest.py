@@ -13,6 +13,7 @@ import pytest
 from corral_dev import controlplane
 
 from ._node_fixtures import *  # noqa: F403
+from ._operator_fixtures import git_repo, operator, scripted_model  # noqa: F401
 
 _counter = itertools.count()
 

@@ -23,16 +23,11 @@ import pytest
 from corral_dev.controlplane import free_port
 from corral_dev.stack import process_alive, start_scripted_model, wait_serving
 
-from .test_operator_fixtures import (
+from ._operator_fixtures import (
     OperatorHandle,
     agent_doc,
-    local_node,
-    operator,
-    scripted_model,
     session_doc,
 )
-
-__all__ = ["local_node", "operator", "scripted_model"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO_ROOT / "examples"

@@ -15,19 +15,13 @@ from typing import Any
 
 import pytest
 
-from .test_operator_fixtures import (
+from ._operator_fixtures import (
     OperatorHandle,
     ScriptedModelHandle,
     agent_doc,
-    git_repo,
-    local_node,
-    operator,
-    scripted_model,
     session_doc,
     wait_for,
 )
-
-__all__ = ["git_repo", "local_node", "operator", "scripted_model"]
 
 pytestmark = pytest.mark.timeout(150)
 

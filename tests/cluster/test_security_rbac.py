@@ -13,7 +13,7 @@ import yaml
 
 from corral_dev.controlplane import ControlPlane
 
-from .test_operator_fixtures import (
+from ._operator_fixtures import (
     OPERATOR_NAMESPACE,
     OPERATOR_SA,
     SANDBOX_SA,

@@ -17,19 +17,13 @@ from corral_api.kinds import Agent, Session
 from corral_operator.podbuilder import build_sandbox
 from corral_operator.settings import OperatorSettings
 
-from .test_operator_fixtures import (
+from ._operator_fixtures import (
     OperatorHandle,
     ScriptedModelHandle,
     agent_doc,
-    git_repo,
-    local_node,
-    operator,
-    scripted_model,
     session_doc,
     wait_for,
 )
-
-__all__ = ["git_repo", "local_node", "operator", "scripted_model"]
 
 pytestmark = pytest.mark.timeout(150)
 
