@@ -36,7 +36,7 @@ from typing import Any
 import httpx
 import yaml
 
-from corral_dev import controlplane
+from corral_dev import controlplane, stack
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -204,21 +204,7 @@ def part_one(plane: controlplane.ControlPlane, api: Api, model_url: str, n: int)
     new_namespace(plane, ns)
     node_dir = WORK / "node"
     shutil.rmtree(node_dir, ignore_errors=True)
-    node = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "corral_dev.localnode",
-            "--kubeconfig",
-            str(plane.kubeconfig),
-            "--workdir",
-            str(node_dir),
-            "--node-name",
-            "bench-node",
-        ],
-        stdout=(WORK / "node.log").open("wb"),
-        stderr=subprocess.STDOUT,
-    )
+    node = stack.start_local_node(plane.kubeconfig, node_dir, "bench-node", WORK / "node.log")
     operator = start_operator(plane, ns, model_url, WORK / "operator-real.log")
     repo = make_repo()
     pod_seen: dict[str, float] = {}
@@ -383,19 +369,7 @@ def main() -> int:
         script = WORK / "script.yaml"
         script.write_text(yaml.safe_dump({"default": [{"text": "Done."}]}))
         port = controlplane.free_port()
-        model = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "corral_harness.scripted",
-                "--port",
-                str(port),
-                "--script",
-                str(script),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+        model = stack.start_scripted_model(port, script)
         model_url = f"http://127.0.0.1:{port}"
         _wait("the scripted model", lambda: _free(f"{model_url}/_requests"), 60)
         api = Api(plane.kubeconfig)

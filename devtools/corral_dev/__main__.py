@@ -104,25 +104,9 @@ def _start(pids: dict[str, int]) -> dict[str, str]:
     shutil.copy(plane.kubeconfig, DEV_DIR / "kubeconfig")
 
     node_log = LOGS / "local-node.log"
-    with node_log.open("wb") as out:
-        node = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "corral_dev.localnode",
-                "--kubeconfig",
-                str(plane.kubeconfig),
-                "--workdir",
-                str(DEV_DIR / "node"),
-                "--node-name",
-                NODE_NAME,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            env=stack.without_credentials(os.environ),
-            start_new_session=True,
-        )
+    node = stack.start_local_node(
+        plane.kubeconfig, DEV_DIR / "node", NODE_NAME, node_log, detach=True
+    )
     _record(pids, "local-node", node.pid)
 
     # The chart's identities and rules, and `default` ready for sandbox pods.

@@ -169,6 +169,29 @@ def start_scripted_model(
     return _spawn(argv, log, env=dict(os.environ), detach=detach)
 
 
+def start_local_node(
+    kubeconfig: Path,
+    workdir: Path,
+    node_name: str,
+    log: Path | None = None,
+    *,
+    detach: bool = False,
+) -> subprocess.Popen[bytes]:
+    """The local node (`python -m corral_dev.localnode`) for the cluster behind `kubeconfig`."""
+    argv = [
+        sys.executable,
+        "-m",
+        "corral_dev.localnode",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--workdir",
+        str(workdir),
+        "--node-name",
+        node_name,
+    ]
+    return _spawn(argv, log, env=without_credentials(os.environ), detach=detach)
+
+
 def _spawn(
     argv: list[str], log: Path | None, *, env: dict[str, str], detach: bool
 ) -> subprocess.Popen[bytes]:

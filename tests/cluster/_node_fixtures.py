@@ -8,7 +8,6 @@ every test (pods live in each test's own namespace). The node's pod directories 
 from __future__ import annotations
 
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from corral_dev import controlplane
+from corral_dev import controlplane, stack
 
 __all__ = ["LocalNodeHandle", "local_node"]
 
@@ -41,22 +40,7 @@ def local_node(control_plane: controlplane.ControlPlane) -> Iterator[LocalNodeHa
     workdir = Path(tempfile.mkdtemp(prefix="corral-node-"))
     name = "corral-local-node"
     log = workdir / "node.log"
-    with log.open("wb") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "corral_dev.localnode",
-                "--kubeconfig",
-                str(control_plane.kubeconfig),
-                "--workdir",
-                str(workdir),
-                "--node-name",
-                name,
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
+    process = stack.start_local_node(control_plane.kubeconfig, workdir, name, log)
     handle = LocalNodeHandle(name, workdir, process, log)
     try:
         deadline = time.monotonic() + 30
