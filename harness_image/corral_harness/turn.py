@@ -85,6 +85,7 @@ class _Run:
         self.specs = specs
         self.info = info
         self.turn_over = False  # a pick's answer ended the turn
+        self.halted = ""  # an after-generation hook denied the answer: the run stops here
         self.picked_in_answer = False
         self.usage: Usage | None = None
         self.last_text = ""
@@ -121,6 +122,8 @@ class _Run:
         spec = self.specs[call.name]
         if self.turn_over:
             return self._blocked(call, "deny", "This call did not run: a pick ended the turn.")
+        if self.halted:
+            return self._blocked(call, "deny", f"This call did not run: {self.halted}")
         if spec.pick and self.picked_in_answer:
             return self._blocked(
                 call, "deny", "This call did not run: only the first pick of a model answer runs."
@@ -150,13 +153,14 @@ class _Run:
         return ToolGate(input=decision.input) if decision.input is not None else ALLOW
 
     def ends_run(self, step: int) -> bool:
-        return self.turn_over
+        return self.turn_over or bool(self.halted)
 
     # --------------------------------------------------------------------------- the listener
 
     async def listen(self, event: EngineEvent) -> None:
         if isinstance(event, MessageEnd):
             self._on_message(event)
+            await self._after_generation(event.message)
         elif isinstance(event, ToolStart):
             self._event(
                 "tool_start", toolUseId=event.call.id, name=event.call.name, input=event.call.input
@@ -192,6 +196,15 @@ class _Run:
             stopReason=event.stop_reason,
             usage=usage,
         )
+
+    async def _after_generation(self, message: dict[str, Any]) -> None:
+        """The after-generation hooks see each model answer; a denial stops the run here."""
+        hook = getattr(self.deps.policy, "after_generation", None)
+        if hook is None:
+            return
+        outcome = await hook(self.ctx, message)
+        if getattr(outcome, "denied", False):
+            self.halted = f"an after-generation hook denied the answer: {outcome.reason}"
 
     async def _on_tool_end(self, call: ToolCall, result: ToolResult) -> None:
         self.conv.add_tool_result(tool_result_block(call.id, result.content, result.is_error))
@@ -345,6 +358,9 @@ class Turn:
                 conv.add_tool_result(tool_result_block(call.id, DID_NOT_RUN, True))
             if sub.sweep.done():
                 break
+            if run.halted:
+                run.settle("failed", {"type": "hook_denied", "message": run.halted})
+                return
             if outcome.status == "ended_by_hook":
                 await self._await_sweep(sub, run)
                 return
