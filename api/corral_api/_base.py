@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -84,7 +84,6 @@ class KindInfo:
     columns: tuple[PrinterColumn, ...]
     description: str
     categories: tuple[str, ...] = ("corral",)
-    extra_columns: tuple[PrinterColumn, ...] = field(default=())
 
 
 AGE = PrinterColumn("Age", ".metadata.creationTimestamp", "date")

@@ -36,7 +36,7 @@ from corral_dev.stack import (
     render_chart,
 )
 
-from ._node_fixtures import LocalNodeHandle, local_node
+from ._node_fixtures import LocalNodeHandle
 
 __all__ = [
     "OPERATOR_NAMESPACE",
@@ -48,7 +48,6 @@ __all__ = [
     "ensure_namespace",
     "git_repo",
     "identity_kubeconfig",
-    "local_node",
     "operator",
     "render_chart",
     "scripted_model",

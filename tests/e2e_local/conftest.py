@@ -26,6 +26,21 @@ def corral_argv() -> list[str]:
     return [sys.executable, "-c", "import sys; from corral_cli.main import main; sys.exit(main())"]
 
 
+def run_argv(session: Path, workspace: Path, state_dir: Path, *extra: str) -> list[str]:
+    """`corral run -f SESSION --workspace WS ... --state-dir DIR` as the tests start it."""
+    return [
+        *corral_argv(),
+        "run",
+        "-f",
+        str(session),
+        "--workspace",
+        str(workspace),
+        *extra,
+        "--state-dir",
+        str(state_dir),
+    ]
+
+
 def run_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "CORRAL_"))}
     env["PYTHONDONTWRITEBYTECODE"] = "1"

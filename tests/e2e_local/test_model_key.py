@@ -18,7 +18,7 @@ import pytest
 
 from corral_cli import _processes as proc
 
-from .conftest import corral_argv, read_lines, run_env, write_session
+from .conftest import read_lines, run_argv, run_env, write_session
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -62,17 +62,7 @@ async def test_the_key_goes_to_the_custodian_and_upstream_only(
     state_dir = tmp_path / "state"
     env = run_env() | {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": upstream}
     done = subprocess.run(
-        [
-            *corral_argv(),
-            "run",
-            "-f",
-            str(session),
-            "--workspace",
-            str(demo_workspace),
-            "--state-dir",
-            str(state_dir),
-            "--json",
-        ],
+        [*run_argv(session, demo_workspace, state_dir), "--json"],
         capture_output=True,
         text=True,
         env=env,

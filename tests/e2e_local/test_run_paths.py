@@ -19,6 +19,7 @@ from .conftest import (
     corral_run,
     git,
     read_lines,
+    run_argv,
     run_env,
     unittest_passes,
     write_session,
@@ -106,19 +107,7 @@ def test_ctrl_c_aborts_the_turn_through_the_wire_and_leaves_a_consistent_state(
     )
     state_dir = tmp_path / "state"
     process = subprocess.Popen(
-        [
-            *corral_argv(),
-            "run",
-            "-f",
-            str(session),
-            "--workspace",
-            str(demo_workspace),
-            "--scenario",
-            str(scenario),
-            "--state-dir",
-            str(state_dir),
-            "--json",
-        ],
+        [*run_argv(session, demo_workspace, state_dir, "--scenario", str(scenario)), "--json"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -199,16 +188,7 @@ def test_a_model_the_harness_does_not_know_is_refused_at_admission(
     session.write_text(session.read_text().replace("claude-sonnet-4-5", "gpt-nine"))
     env = run_env() | {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}
     done = subprocess.run(
-        [
-            *corral_argv(),
-            "run",
-            "-f",
-            str(session),
-            "--workspace",
-            str(demo_workspace),
-            "--state-dir",
-            str(tmp_path / "state"),
-        ],
+        run_argv(session, demo_workspace, tmp_path / "state"),
         capture_output=True,
         text=True,
         env=env,
@@ -269,19 +249,7 @@ def test_a_killed_run_leaves_nothing_running_and_a_rerun_reattaches(
         ],
     )
     state_dir = tmp_path / "state"
-    argv = [
-        *corral_argv(),
-        "run",
-        "-f",
-        str(session),
-        "--workspace",
-        str(demo_workspace),
-        "--scenario",
-        str(scenario),
-        "--state-dir",
-        str(state_dir),
-        "--json",
-    ]
+    argv = [*run_argv(session, demo_workspace, state_dir, "--scenario", str(scenario)), "--json"]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, env=run_env())
     assert process.stdout is not None
     for line in process.stdout:
