@@ -137,7 +137,7 @@ def base_env(drop: tuple[str, ...] = ()) -> dict[str, str]:
 
 
 HARNESS = "corral_harness.main"
-CUSTODIAN = "corral_harness.custodian.main"
+CUSTODIAN = "corral_custodian.main"
 SCRIPTED = "corral_harness.scripted"
 
 

@@ -69,7 +69,7 @@ def parse_budgets(items: list[str]) -> dict[str, int]:
 
 def _window_lookup(model: str) -> int | None:
     try:
-        from corral_harness.catalog import MODELS
+        from corral_common.catalog import MODELS
     except ImportError:  # the catalog is optional here; assembly falls back to its default
         return None
     info = MODELS.get(model)

@@ -18,7 +18,8 @@ import sys
 
 import uvicorn
 
-from .catalog import window_of
+from corral_common.catalog import window_of
+
 from .config import ConfigError, HarnessConfig
 from .policy.turn_policy import CorralTurnPolicy, memory_per_scope
 from .server import create_app

@@ -26,17 +26,17 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral_api.kinds import AgentSpec
 from corral_api.wire import AbortRequest, AdmitRequest
+from corral_common.catalog import UnknownModel, resolve_model
 
 from . import metrics
-from .approvals import FileApprovalPort
-from .catalog import UnknownModel, resolve_model
 from .checks import CheckRequest, run_check
 from .config import HarnessConfig
 from .conversations import Conversation, Registry, Submission, new_submission_id
-from .custodian_approvals import CustodianApprovalPort
+from .custodian_client.approvals import CustodianApprovalPort
+from .custodian_client.menu import MenuClient
 from .default_policy import DefaultPolicy
 from .engine.seam import EngineAdapter
-from .menu import MenuClient
+from .local_approvals import FileApprovalPort
 from .paths import GrantedRoot
 from .seams import ApprovalPort, TurnPolicy
 from .tools import WorkingTools

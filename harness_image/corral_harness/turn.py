@@ -19,10 +19,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 from corral_api.kinds import SettlementStatus, ThinkingLevel
+from corral_common.catalog import ModelInfo, clamp_output_tokens, cost_usd, resolve_model
 
 from . import metrics
-from .catalog import ModelInfo, clamp_output_tokens, cost_usd, resolve_model
 from .conversations import Conversation, Submission, SweepStatus
+from .custodian_client.menu import MenuClient, MenuUnavailable
 from .engine.messages import for_provider, text_of, tool_result_block
 from .engine.seam import (
     ALLOW,
@@ -42,7 +43,6 @@ from .engine.seam import (
 )
 from .events import summarise, usage_fields
 from .memory import KEEP_TURNS, prune_turn_records
-from .menu import MenuClient, MenuUnavailable
 from .policy.tool_search import TOOL_SEARCH_NAME
 from .seams import ApprovalPort, ToolCall, ToolSpec, TurnContext, TurnPolicy
 from .tools import ToolResult, WorkingTools

@@ -18,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
+from corral_custodian._digest import action_digest, canonical_json
 from corral_dev.controlplane import API_AUDIENCE, REPO_ROOT, ControlPlane
-from corral_harness.custodian._digest import action_digest, canonical_json
 from tests.unit.custodian._custodian_proc import running_custodian
 
 pytestmark = pytest.mark.timeout(120)

@@ -3,7 +3,7 @@
 The harness runs as a subprocess on a free loopback port with its own state dir and granted
 root, and talks to the scripted model through the real `anthropic` SDK. The Menu stand-in is a
 small real HTTP server that plays the custodian's surface (it is a stand-in: the real custodian
-is `corral_harness.custodian`).
+is `corral_custodian`).
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ from typing import Any
 import anthropic
 from anthropic.types import RawMessageStreamEvent
 
-from ..catalog import thinking_param
+from corral_common.catalog import thinking_param
+
 from ..seams import ToolCall
 from ..tools import ToolResult
 from ._accumulate import MessageBuilder

@@ -29,8 +29,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from corral_api.kinds import ThinkingLevel
+from corral_common.catalog import ModelInfo
 
-from ..catalog import ModelInfo
 from ..seams import ToolCall, ToolSpec
 from ..tools import ToolResult
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from corral_harness.custodian.budget import (
+from corral_custodian.budget import (
     Budget,
     CallUsage,
     StreamUsageReader,
@@ -15,8 +15,8 @@ from corral_harness.custodian.budget import (
     budget_refusal,
     usage_of_body,
 )
-from corral_harness.custodian.prices import price_for
-from corral_harness.custodian.settings import SettingsError, from_env
+from corral_custodian.prices import price_for
+from corral_custodian.settings import SettingsError, from_env
 
 STREAM = (
     b"event: message_start\n"

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 
 from corral_api.kinds import AgentLimits, AgentSpec
-from corral_harness.custodian import rules
-from corral_harness.custodian._digest import action_digest, canonical_json
-from corral_harness.custodian.facts import SessionFacts
-from corral_harness.custodian.menu import menu
+from corral_custodian import rules
+from corral_custodian._digest import action_digest, canonical_json
+from corral_custodian.facts import SessionFacts
+from corral_custodian.menu import menu
 
 SHA = "a" * 40
 OTHER_SHA = "b" * 40

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from corral_harness.catalog import resolve_model
+from corral_common.catalog import resolve_model
 from corral_harness.engine.anthropic_engine import AnthropicEngine, EngineSettings
 from corral_harness.engine.messages import for_provider
 from corral_harness.engine.seam import (

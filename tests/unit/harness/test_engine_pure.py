@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from corral_harness.catalog import (
+from corral_common.catalog import (
     MODELS,
     UnknownModel,
     clamp_output_tokens,

@@ -7,7 +7,7 @@ the catalog does not know costs 0 and is named in the usage totals as unpriced.
 
 from __future__ import annotations
 
-from ..catalog import MODELS, ModelInfo, cost_usd
+from corral_common.catalog import MODELS, ModelInfo, cost_usd
 
 
 def price_for(model: str) -> ModelInfo | None:

@@ -14,7 +14,7 @@ import json
 import logging
 from typing import Any, Literal
 
-from .seams import ToolCall, TurnContext
+from ..seams import ToolCall, TurnContext
 
 log = logging.getLogger(__name__)
 

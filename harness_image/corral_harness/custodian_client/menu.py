@@ -11,7 +11,7 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from .seams import ToolSpec
+from ..seams import ToolSpec
 
 if TYPE_CHECKING:
     import httpx
