@@ -83,6 +83,22 @@ class ToolPolicy(ApiModel):
     )
 
 
+class Budget(ApiModel):
+    """A spending cap. `tokens` counts input + output + cache writes; `costUSD` prices every
+    token, cache reads included. Unset means no cap on that axis."""
+
+    tokens: int | None = Field(
+        default=None, ge=1, le=10_000_000_000, description="Tokens: input + output + cache writes."
+    )
+    cost_usd: float | None = Field(
+        default=None,
+        ge=0,
+        le=1_000_000,
+        alias="costUSD",
+        description="Cost in USD at the model catalog's prices, cache reads included.",
+    )
+
+
 class AgentLimits(ApiModel):
     """Structural limits; each is capped and the model cannot raise any of them."""
 
@@ -101,6 +117,10 @@ class AgentLimits(ApiModel):
         ge=1,
         le=MAX_OUTPUT_TOKENS_CAP,
         description="Soft cap on output tokens per model call.",
+    )
+    budget: Budget | None = Field(
+        default=None,
+        description="The cap for each Session of this Agent; a Session may only lower it.",
     )
 
 
@@ -166,6 +186,37 @@ class Credentials(ApiModel):
     )
 
 
+class ChildPolicy(ApiModel):
+    """Which Agents this orchestrator's children may run under; its own Agent otherwise."""
+
+    agents: list[Annotated[str, Field(pattern=DNS_LABEL, max_length=253)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Agents (in this namespace) a child may name besides this one.",
+    )
+
+
+class LandingCheck(ApiModel):
+    """The Evidence check a revision must Pass before push-to-land, merge or land."""
+
+    name: str = Field(
+        min_length=1, max_length=63, pattern=DNS_LABEL, description="Check name, e.g. unit-tests."
+    )
+    command: str = Field(min_length=1, max_length=65536, description="Command; exit 0 passes.")
+    image: str | None = Field(
+        default=None, max_length=1024, description="Image to run it in; the sandbox's otherwise."
+    )
+    egress: list[EgressRule] = Field(
+        default_factory=list, description="Where the check's pod may connect; none by default."
+    )
+
+
+class Landing(ApiModel):
+    check: LandingCheck | None = Field(
+        default=None, description="Evidence that must Pass for a revision before it lands."
+    )
+
+
 class AgentSpec(ApiModel):
     """A reusable agent definition; re-read by every submission."""
 
@@ -188,6 +239,10 @@ class AgentSpec(ApiModel):
     credentials: Credentials = Field(
         default_factory=Credentials, description="Secrets for the custodian."
     )
+    children: ChildPolicy = Field(
+        default_factory=ChildPolicy, description="Agents a child session may run under."
+    )
+    landing: Landing = Field(default_factory=Landing, description="The check before landing.")
 
     model_config = with_rules(
         cel(
@@ -249,11 +304,13 @@ class Workspace(ApiModel):
     granted_root: str = Field(
         default="/workspace",
         max_length=1024,
-        description="The directory tree the agent's tools may touch.",
+        description="The directory tree the agent's tools may touch: /workspace or below.",
         json_schema_extra=field_rules(
             cel(
-                "self.startsWith('/') && !self.contains('/../') && !self.endsWith('/..')",
-                "must be an absolute path without '..'",
+                "(self == '/workspace' || self.startsWith('/workspace/'))"
+                " && !self.contains('/../') && !self.endsWith('/..') && !self.contains('//')",
+                "must be /workspace or a path below it, without '..' (the workspace volume is"
+                " always mounted at /workspace)",
             )
         ),
     )
@@ -316,6 +373,12 @@ class SessionSpec(ApiModel):
         default=None, ge=0, le=31_536_000, description="Delete the Session this long after it ends."
     )
     wake: Wake | None = Field(default=None, description="One-shot wake.")
+    budget: Budget | None = Field(
+        default=None, description="Lowers the Agent's budget for this session (never raises it)."
+    )
+    landing: Landing | None = Field(
+        default=None, description="Replaces the Agent's landing check for this session."
+    )
 
     model_config = with_rules(
         cel(
@@ -465,6 +528,20 @@ class EvidenceSpec(ApiModel):
     )
     command: str = Field(min_length=1, max_length=65536, description="Command run at the revision.")
     image: str | None = Field(default=None, description="Image the check runs in.")
+    definition_digest: str | None = Field(
+        default=None,
+        description="sha256 of the check's definition (command and image); a verdict counts"
+        " only for the definition it ran.",
+        json_schema_extra=field_rules(
+            cel(
+                "self.matches('^sha256:[0-9a-f]{64}$')",
+                "must be 'sha256:' followed by 64 lowercase hex digits",
+            )
+        ),
+    )
+    egress: list[EgressRule] = Field(
+        default_factory=list, description="Where the check's pod may connect; none by default."
+    )
 
     model_config = with_rules(cel("self == oldSelf", "Evidence spec is immutable"))
 

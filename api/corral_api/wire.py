@@ -9,6 +9,11 @@ Endpoints, relative to `http://<podIP>:8080`:
     GET  /readyz                                                       -> 200 once serving
 
 Errors are 4xx/5xx with an `ErrorBody`.
+
+The custodian's operator port (`http://<podIP>:8082`, opened by the NetworkPolicy to the
+operator only, and answering only the wire token) serves the custodian's own record:
+
+    GET  /v1/usage                                                     -> CustodianUsage
 """
 
 from __future__ import annotations
@@ -31,6 +36,13 @@ class AdmitRequest(WireModel):
     kept: bool = False
     agent: AgentSpec | None = None
     turn: int | None = Field(default=None, ge=0, description="Caller's turn number, for records.")
+    idempotencyKey: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=200,
+        pattern=r"^[A-Za-z0-9._:-]+$",
+        description="Repeating an admission with the same key returns the same submission.",
+    )
 
 
 class AdmitResponse(WireModel):
@@ -99,3 +111,22 @@ class ErrorBody(WireModel):
     error: str
     reason: str
     kept: bool | None = None
+
+
+class CustodianBudget(WireModel):
+    """The cap the custodian enforces: the lowest of Session, Agent and parent remainder."""
+
+    tokens: int | None = None
+    costUSD: float | None = None
+
+
+class CustodianUsage(WireModel):
+    """The custodian's own record of what the session spent; the Session's cost comes from it,
+    never from the harness's report."""
+
+    usage: WireUsage
+    reserved: WireUsage = Field(default_factory=WireUsage, description="Held by requests in flight.")
+    carved: WireUsage = Field(default_factory=WireUsage, description="Given to children.")
+    budget: CustodianBudget = Field(default_factory=CustodianBudget)
+    exceeded: bool = False
+    reason: str | None = None
