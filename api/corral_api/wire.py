@@ -125,7 +125,9 @@ class CustodianUsage(WireModel):
     never from the harness's report."""
 
     usage: WireUsage
-    reserved: WireUsage = Field(default_factory=WireUsage, description="Held by requests in flight.")
+    reserved: WireUsage = Field(
+        default_factory=WireUsage, description="Held by requests in flight."
+    )
     carved: WireUsage = Field(default_factory=WireUsage, description="Given to children.")
     budget: CustodianBudget = Field(default_factory=CustodianBudget)
     exceeded: bool = False

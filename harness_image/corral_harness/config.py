@@ -43,6 +43,8 @@ class HarnessConfig:
     granted_root: Path = Path("/workspace")
     token_file: Path | None = None
     custodian_url: str | None = None
+    # The pod-local credential the harness presents to the custodian (never to the agent).
+    custodian_credential_file: Path | None = None
     read_only: bool = False
     model_base_url: str | None = None
     # Waits and caps; the defaults are the design's, tests shorten them.
@@ -53,6 +55,17 @@ class HarnessConfig:
     model_retries: int = 2
     bash_timeout_seconds: float = 120.0
     durable: bool = True  # fsync every record of the conversation log
+
+    def custodian_credential(self) -> str | None:
+        """The credential's text, read once at start; an empty file is a configuration error."""
+        if self.custodian_credential_file is None:
+            return None
+        text = self.custodian_credential_file.read_text().strip()
+        if not text:
+            raise ConfigError(
+                f"the custodian credential file {self.custodian_credential_file} is empty"
+            )
+        return text
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> HarnessConfig:
@@ -73,6 +86,9 @@ class HarnessConfig:
             granted_root=root,
             token_file=Path(token) if token else None,
             custodian_url=custodian,
+            custodian_credential_file=Path(cred)
+            if (cred := env.get("CORRAL_CUSTODIAN_CREDENTIAL_FILE"))
+            else None,
             read_only=_flag(env, "CORRAL_READ_ONLY", False),
             model_base_url=env.get("ANTHROPIC_BASE_URL") or None,
             pick_sweep_seconds=_float(env, "CORRAL_PICK_SWEEP_SECONDS", 10.0),

@@ -91,6 +91,7 @@ def sdk_engine_loader(config: HarnessConfig) -> Callable[[], Awaitable[EngineAda
             backoff_seconds=config.retry_backoff_seconds,
             idle_seconds=config.stream_idle_seconds,
             stream_cap_seconds=config.stream_cap_seconds,
+            **({"api_key": credential} if (credential := config.custodian_credential()) else {}),
         )
         engine_class = module.AnthropicEngine
 
@@ -111,7 +112,7 @@ def sdk_engine_loader(config: HarnessConfig) -> Callable[[], Awaitable[EngineAda
 def _approval_port(config: HarnessConfig) -> ApprovalPort:
     """The custodian in a pod (Approval resources); a local file store without one."""
     if config.custodian_url:
-        return CustodianApprovalPort(config.custodian_url)
+        return CustodianApprovalPort(config.custodian_url, credential=config.custodian_credential())
     return FileApprovalPort(config.state_dir / "approvals")
 
 
@@ -128,7 +129,7 @@ def create_app(
     if config.token_file and not token:
         raise ValueError(f"the wire token file {config.token_file} is empty")
     engine_loader = engine or sdk_engine_loader(config)
-    menu = MenuClient(config.custodian_url)
+    menu = MenuClient(config.custodian_url, credential=config.custodian_credential())
     deps = TurnDeps(
         policy=policy or DefaultPolicy(),
         approvals=approvals or _approval_port(config),

@@ -22,11 +22,19 @@ _UNREACHABLE = "unreachable:"
 
 
 class CustodianApprovalPort:
-    def __init__(self, base_url: str, poll_seconds: float = 1.0, timeout: float = 30.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        poll_seconds: float = 1.0,
+        timeout: float = 30.0,
+        *,
+        credential: str | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.poll_seconds = poll_seconds
         self._httpx: Any = importlib.import_module("httpx")
-        self._client = self._httpx.AsyncClient(timeout=timeout)
+        headers = {"authorization": f"Bearer {credential}"} if credential else {}
+        self._client = self._httpx.AsyncClient(timeout=timeout, headers=headers)
 
     async def request(self, ctx: TurnContext, call: ToolCall, reason: str) -> str:
         body = {"tool": call.name, "arguments": call.input, "reason": reason}

@@ -31,13 +31,16 @@ class MenuAnswer:
 
 
 class MenuClient:
-    def __init__(self, base_url: str | None, timeout: float = 30.0) -> None:
+    def __init__(
+        self, base_url: str | None, timeout: float = 30.0, *, credential: str | None = None
+    ) -> None:
         self.base_url = base_url
         self._client: httpx.AsyncClient | None = None
         if base_url:
             # Imported here: a harness without a custodian should not pay for it at start.
             self._httpx = importlib.import_module("httpx")
-            self._client = self._httpx.AsyncClient(timeout=timeout)
+            headers = {"authorization": f"Bearer {credential}"} if credential else {}
+            self._client = self._httpx.AsyncClient(timeout=timeout, headers=headers)
 
     async def surface(self, conversation: str) -> list[ToolSpec]:
         if self._client is None:
