@@ -136,9 +136,14 @@ def test_unknown_kind_or_version_is_refused_like_kubectl() -> None:
             'spec.workspace.branch: Invalid value: "string": must be a valid git branch name',
         ),
         (
-            session(workspace={"repo": "r", "grantedRoot": "/work/../etc"}),
+            session(workspace={"repo": "r", "grantedRoot": "/workspace/../etc"}),
             'spec.workspace.grantedRoot: Invalid value: "string": '
-            "must be an absolute path without '..'",
+            "must be /workspace or a path below it, without '..'",
+        ),
+        (
+            session(workspace={"repo": "r", "grantedRoot": "/opt/corral/bin"}),
+            'spec.workspace.grantedRoot: Invalid value: "string": '
+            "must be /workspace or a path below it",
         ),
     ],
 )
