@@ -44,7 +44,9 @@ def _branch_ok(branch: str) -> bool:
 
 
 def _root_ok(root: str) -> bool:
-    return root.startswith("/") and "/../" not in root and not root.endswith("/..")
+    # The same rule as Workspace.granted_root's CEL: /workspace or below, no '..', no '//'.
+    under = root == "/workspace" or root.startswith("/workspace/")
+    return under and "/../" not in root and not root.endswith("/..") and "//" not in root
 
 
 def _object(path: str, message: str) -> str:
