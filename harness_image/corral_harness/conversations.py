@@ -42,6 +42,9 @@ class Submission:
     thinking_level: str
     agent: AgentSpec
     turn: int | None = None
+    # The caller's key for this admission: repeating it returns this submission, not a new one.
+    idempotency_key: str | None = None
+    admitted_offset: int = 0
     started: bool = False
     settled: bool = False
     # Set when a sweep names this submission's fate; the turn watches it.
@@ -60,6 +63,8 @@ class Submission:
             "thinking": self.thinking_level,
             "agent": self.agent.model_dump(mode="json", by_alias=True, exclude_none=True),
             "turn": self.turn,
+            "key": self.idempotency_key,
+            "offset": self.admitted_offset,
         }
 
 
@@ -78,6 +83,7 @@ class Conversation:
         self._pending_syncs: set[asyncio.Future[None]] = set()
         self.transcript: list[dict[str, Any]] = []
         self.submissions: dict[str, Submission] = {}
+        self.by_key: dict[str, Submission] = {}
         self.queue: deque[Submission] = deque()
         self.active: Submission | None = None
         self._grew: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -158,9 +164,12 @@ class Conversation:
 
     def admit(self, sub: Submission) -> int:
         """Queue a submission; returns the offset its events start after."""
-        self.submissions[sub.id] = sub
-        self.log.append(sub.record())
         offset = len(self.events)
+        sub.admitted_offset = offset
+        self.submissions[sub.id] = sub
+        if sub.idempotency_key:
+            self.by_key[sub.idempotency_key] = sub
+        self.log.append(sub.record())
         self.queue.append(sub)
         self._ensure_worker()
         return offset
@@ -249,8 +258,12 @@ class Conversation:
                     record["thinking"],
                     agent,
                     record.get("turn"),
+                    record.get("key"),
+                    int(record.get("offset") or 0),
                 )
                 self.submissions[sub.id] = sub
+                if sub.idempotency_key:
+                    self.by_key[sub.idempotency_key] = sub
             elif kind == "ev":
                 event = record["e"]
                 self.events.append(event)

@@ -227,7 +227,25 @@ def create_app(
             return _error(400, "unknown_model", str(exc))
         thinking = body.thinkingLevel or spec.thinking_level
         conv = conv or registry.create(agent, conversation)
-        sub = Submission(new_submission_id(), body.message, model, thinking, spec, body.turn)
+        again = conv.by_key.get(body.idempotencyKey) if body.idempotencyKey else None
+        if again is not None:
+            # The caller lost our answer (say, its ledger write failed): the same submission.
+            return JSONResponse(
+                {
+                    "streamUrl": f"/agents/{agent}/{conversation}/updates",
+                    "offset": again.admitted_offset,
+                    "submissionId": again.id,
+                }
+            )
+        sub = Submission(
+            new_submission_id(),
+            body.message,
+            model,
+            thinking,
+            spec,
+            body.turn,
+            idempotency_key=body.idempotencyKey,
+        )
         offset = conv.admit(sub)
         await conv.durable()  # an answered admission survives a crash
         return JSONResponse(

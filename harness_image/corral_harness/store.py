@@ -2,8 +2,10 @@
 
 Each line is one record: `sub` (an admitted submission), `ev` (a wire event), `tx` (a
 transcript change: `append` a message, or `result` a tool_result block that joins the trailing
-user message). Replaying the lines rebuilds the conversation. A torn last line (a crash mid
-write) is ignored.
+user message). Replaying the lines rebuilds the conversation. A torn tail (a crash mid write:
+a last line without its newline, or one that does not parse) is cut off the file when it is
+read, so the next append starts on a line of its own and nothing after the tear is lost later.
+Creating a log fsyncs its directory, so the file itself survives a crash, not only its data.
 
 Durability is a group commit: `append` writes the record at once, and `sync_until(n)` returns
 when record n is on disk (fdatasync in a worker thread, one sync covering every record written
@@ -40,8 +42,12 @@ class ConversationLog:
     def append(self, record: dict[str, Any]) -> int:
         """Write one record; returns its number for `sync_until`."""
         if self._fd is None:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            created = not self.path.exists()
+            if created:
+                _make_dirs_durably(self.directory, durable=self.durable)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+            if created and self.durable:
+                _fsync_dir(self.directory)
         line = json.dumps(record, separators=(",", ":"), ensure_ascii=False) + "\n"
         os.write(self._fd, line.encode("utf-8"))
         self.written += 1
@@ -60,15 +66,28 @@ class ConversationLog:
                 await asyncio.to_thread(os.fdatasync, self._fd)
                 self.synced = max(self.synced, target)
 
-    def records(self) -> Iterator[dict[str, Any]]:
+    def records(self) -> list[dict[str, Any]]:
+        """Every whole record, in order; a torn tail is truncated off the file first."""
         if not self.path.exists():
-            return
-        with self.path.open("r", encoding="utf-8") as fh:
-            for line in fh:
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
-                    return  # a torn last line: everything before it is whole
+            return []
+        data = self.path.read_bytes()
+        records: list[dict[str, Any]] = []
+        whole = 0  # bytes up to the end of the last whole record
+        while whole < len(data):
+            end = data.find(b"\n", whole)
+            if end < 0:
+                break  # no newline: the write was cut short
+            try:
+                records.append(json.loads(data[whole:end]))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                break  # a line that does not parse ends what can be trusted
+            whole = end + 1
+        if whole < len(data):
+            with open(self.path, "r+b") as fh:
+                fh.truncate(whole)
+                if self.durable:
+                    os.fsync(fh.fileno())
+        return records
 
     def close(self) -> None:
         if self._fd is not None:
@@ -76,6 +95,27 @@ class ConversationLog:
                 os.fdatasync(self._fd)
             os.close(self._fd)
             self._fd = None
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _make_dirs_durably(directory: Path, *, durable: bool) -> None:
+    """mkdir -p, fsyncing each new directory's parent so the new entries survive a crash."""
+    missing: list[Path] = []
+    probe = directory
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    directory.mkdir(parents=True, exist_ok=True)
+    if durable:
+        for created in reversed(missing):
+            _fsync_dir(created.parent)
 
 
 def conversation_dirs(state_dir: Path) -> Iterator[tuple[str, str, Path]]:

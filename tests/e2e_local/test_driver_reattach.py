@@ -128,3 +128,33 @@ async def test_a_finished_session_is_not_driven_again(harness: str, tmp_path: Pa
         with pytest.raises(ConversationLost):  # never admitted
             await client.history("c2")
     assert (outcome.phase, outcome.turns, outcome.message) == ("Succeeded", 2, "done before")
+
+
+class _LedgerWriteFails(LocalTurnStore):
+    """A store whose first ledger save fails, as an API error would between admit and save."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.failed = False
+
+    async def save(self, state: DriverState) -> None:
+        if state.ledger is not None and not self.failed:
+            self.failed = True
+            raise RuntimeError("the API server refused the status write")
+        await super().save(state)
+
+
+async def test_a_lost_ledger_write_never_admits_the_turn_twice(
+    harness: str, tmp_path: Path
+) -> None:
+    store = _LedgerWriteFails(tmp_path / "state")
+    async with WireClient(harness, "fixer") as client:
+        with pytest.raises(RuntimeError, match="refused the status write"):
+            await SessionDriver(client, store, AGENT, SESSION, "c3").run()
+        # The next reconcile starts from a state with no ledger and admits turn 1 again.
+        outcome = await SessionDriver(client, store, AGENT, SESSION, "c3").run()
+        history = await client.history("c3")
+
+    assert outcome.phase == "Succeeded" and outcome.turns == 1
+    started = [e["submissionId"] for e in history.events if e["type"] == "submission_started"]
+    assert len(started) == 1  # one submission ran, though it was admitted twice

@@ -58,10 +58,10 @@ def test_kill_9_mid_turn_keeps_history_and_fails_the_submission_in_flight(
     assert [m["role"] for m in last] == ["user", "assistant", "user", "assistant", "user"]
 
 
-def test_a_torn_log_line_is_ignored_on_boot(
+def test_a_torn_log_tail_is_cut_so_later_boots_keep_everything(
     fresh_harness: Harness, model: Model, conv: str
 ) -> None:
-    model.script(conv, ["kept"])
+    model.script(conv, ["kept", "after the tear", "after the second boot"])
     harness = fresh_harness
     harness.start()
     harness.wait_settled(conv, harness.admit(conv)["submissionId"])
@@ -71,6 +71,37 @@ def test_a_torn_log_line_is_ignored_on_boot(
         fh.write('{"k":"ev","e":{"offset":')  # a crash in the middle of a write
     harness.start()
     assert [e["type"] for e in harness.history(conv)][-1] == "settled"
+    assert log.read_bytes().endswith(b"\n")  # the tear is gone from the file
+    second = harness.admit(conv, "two")["submissionId"]
+    assert harness.wait_settled(conv, second)["text"] == "after the tear"
+    harness.stop()
+
+    # Without the cut, this boot would stop reading at the tear and lose turn two.
+    harness.start()
+    settled = [e for e in harness.history(conv) if e["type"] == "settled"]
+    assert [e["text"] for e in settled] == ["kept", "after the tear"]
+    third = harness.admit(conv, "three")["submissionId"]
+    assert harness.wait_settled(conv, third)["text"] == "after the second boot"
+
+
+def test_repeating_an_admission_key_returns_the_same_submission_across_restarts(
+    fresh_harness: Harness, model: Model, conv: str
+) -> None:
+    model.script(conv, ["only once"])
+    harness = fresh_harness
+    harness.start()
+    body = {"message": "hello", "idempotencyKey": "turn-1"}
+    first = harness.post(f"/agents/agent/{conv}", body).json()
+    again = harness.post(f"/agents/agent/{conv}", body).json()
+    assert again == first
+    harness.wait_settled(conv, first["submissionId"])
+    harness.stop()
+    harness.start()
+    after_restart = harness.post(f"/agents/agent/{conv}", body).json()
+    assert after_restart == first
+    subs = {e["submissionId"] for e in harness.history(conv)}
+    assert subs == {first["submissionId"]}
+    assert len(model.requests(conv)) == 1  # the turn ran once
 
 
 def test_the_wire_wants_the_bearer_token(fresh_harness: Harness, model: Model, conv: str) -> None:

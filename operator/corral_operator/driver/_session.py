@@ -124,6 +124,9 @@ class SessionDriver:
             thinkingLevel=overrides.thinking_level if overrides else None,
             agent=self._agent,
             turn=turn,
+            # The turn number names the admission: a driver that lost its ledger write (an API
+            # error, a crash) admits again with the same key and gets the same submission.
+            idempotencyKey=f"turn-{turn}",
         )
         admitted = await self._client.admit(self._conversation, request)
         ledger = AdmissionLedger(
