@@ -22,6 +22,9 @@ venv: $(STAMP) ## Create .venv and install Corral with its dev tools
 control-plane: ## Build the pinned kube-apiserver, etcd, KCM, kubectl, helm (cached in ~/.cache/corral)
 	bash hack/build-control-plane.sh
 
+exec: ## Build corral-exec, the sandbox's tools service (static Go binary, cached in ~/.cache/corral)
+	@bash hack/build-exec.sh >/dev/null
+
 crds: $(STAMP) ## Regenerate crds/ and the chart's copy from the API models
 	$(BIN)/python -m corral_api.crdgen crds charts/corral/crds
 
@@ -33,19 +36,19 @@ lint: $(STAMP) ## ruff, mypy --strict and import-linter
 	$(BIN)/mypy $(SRC)
 	$(BIN)/lint-imports
 
-test: $(STAMP) lint crds-check control-plane ## Everything CI runs: lint, drift check, unit, wire and cluster tests
+test: $(STAMP) lint crds-check control-plane exec ## Everything CI runs: lint, drift check, unit, wire and cluster tests
 	$(BIN)/pytest -q -p no:cacheprovider
 
 test-unit: $(STAMP) ## Unit tests only (no processes, no cluster)
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit
 
-bench: $(STAMP) control-plane ## Benchmarks: harness step overhead, cold start, context, operator
+bench: $(STAMP) control-plane exec ## Benchmarks: harness step overhead, cold start, context, operator
 	@for b in bench/*_bench.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 demo: $(STAMP) ## Run the demo session on this machine: no cluster, no network, no key needed
 	CORRAL_BIN=$(BIN)/corral bash demo/run_demo.sh
 
-dev-cluster: $(STAMP) control-plane ## Local cluster running Corral (control plane, node, operator, demo model)
+dev-cluster: $(STAMP) control-plane exec ## Local cluster running Corral (control plane, node, operator, demo model)
 	$(BIN)/python -m corral_dev up
 
 dev-cluster-down: $(STAMP) ## Stop everything dev-cluster started
@@ -57,4 +60,4 @@ e2e-kind: ## End-to-end on kind (needs Docker and kind; not in CI here)
 clean: ## Remove the venv and local state (keeps the binary cache)
 	rm -rf $(VENV) .corral
 
-.PHONY: help venv control-plane crds crds-check lint test test-unit bench demo dev-cluster dev-cluster-down e2e-kind clean
+.PHONY: help venv control-plane exec crds crds-check lint test test-unit bench demo dev-cluster dev-cluster-down e2e-kind clean

@@ -1,13 +1,17 @@
-"""`POST /checks`: run an evaluation command in the granted root (the evaluation guard's probe)."""
+"""`POST /checks`: run an evaluation command in the granted root (the evaluation guard's probe).
+
+It runs where the working tools run: in-process, or in the tools container through the exec
+service.
+"""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .paths import GrantedRoot
-from .tools import run_command
+from .seams import Workspace, WorkspaceError
 
 CHECK_OUTPUT_CHARS = 4000
+KEEP_BYTES = 1_000_000
 
 
 class CheckRequest(BaseModel):
@@ -22,10 +26,15 @@ class CheckResult(BaseModel):
     timedOut: bool
 
 
-async def run_check(root: GrantedRoot, request: CheckRequest) -> CheckResult:
-    outcome = await run_command(
-        ["/bin/sh", "-c", request.command], str(root.root), float(request.timeoutSeconds)
-    )
+async def run_check(workspace: Workspace, request: CheckRequest) -> CheckResult:
+    try:
+        outcome = await workspace.run(
+            ["/bin/sh", "-c", request.command],
+            timeout=float(request.timeoutSeconds),
+            keep_bytes=KEEP_BYTES,
+        )
+    except WorkspaceError as exc:
+        return CheckResult(exitCode=-1, output=f"the check could not run: {exc}", timedOut=False)
     return CheckResult(
         exitCode=outcome.exit_code,
         output=outcome.output[-CHECK_OUTPUT_CHARS:],

@@ -41,6 +41,8 @@ class HarnessConfig:
     port: int = 8080
     state_dir: Path = Path(".corral/harness-state")
     granted_root: Path = Path("/workspace")
+    # The tools container's exec service; unset, the harness runs the working tools itself.
+    exec_socket: Path | None = None
     token_file: Path | None = None
     custodian_url: str | None = None
     # The pod-local credential the harness presents to the custodian (never to the agent).
@@ -75,8 +77,15 @@ class HarnessConfig:
         if not sep or not port_text.isdigit():
             raise ConfigError(f"CORRAL_HARNESS_ADDR must be host:port, got {addr!r}")
         root = Path(env.get("CORRAL_GRANTED_ROOT", "/workspace"))
-        if not root.is_dir():
+        exec_socket = env.get("CORRAL_EXEC_SOCKET") or None
+        # With an exec service the workspace is the tools container's: the harness does not
+        # mount it, so the root is checked there (the service refuses to start without it).
+        if exec_socket is None and not root.is_dir():
             raise ConfigError(f"CORRAL_GRANTED_ROOT {str(root)!r} is not a directory")
+        if exec_socket is not None and not root.is_absolute():
+            raise ConfigError(
+                f"CORRAL_GRANTED_ROOT {str(root)!r} must be absolute with CORRAL_EXEC_SOCKET"
+            )
         token = env.get("CORRAL_WIRE_TOKEN_FILE") or None
         custodian = (env.get("CORRAL_CUSTODIAN_URL") or "").rstrip("/") or None
         return cls(
@@ -84,6 +93,7 @@ class HarnessConfig:
             port=int(port_text),
             state_dir=Path(env.get("CORRAL_STATE_DIR") or ".corral/harness-state"),
             granted_root=root,
+            exec_socket=Path(exec_socket) if exec_socket else None,
             token_file=Path(token) if token else None,
             custodian_url=custodian,
             custodian_credential_file=Path(cred)

@@ -22,13 +22,15 @@ from corral_common.catalog import window_of
 
 from .config import ConfigError, HarnessConfig
 from .policy.turn_policy import CorralTurnPolicy, memory_per_scope
-from .server import create_app
+from .seams import Workspace
+from .server import create_app, workspace_for
 
 
-def build_policy(config: HarnessConfig) -> CorralTurnPolicy:
+def build_policy(config: HarnessConfig, workspace: Workspace | None = None) -> CorralTurnPolicy:
     """The full policy: context assembly, permissions, hooks, and memory per agent."""
     return CorralTurnPolicy(
         granted_root=config.granted_root,
+        workspace=workspace,
         read_only=config.read_only,
         window_lookup=window_of,
         memory=memory_per_scope(config.state_dir / "memory.db"),
@@ -42,7 +44,8 @@ def main() -> None:
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     try:
         config = HarnessConfig.from_env()
-        app = create_app(config, policy=build_policy(config))
+        workspace = workspace_for(config)  # the tools and the policy's path checks share it
+        app = create_app(config, policy=build_policy(config, workspace), workspace=workspace)
     except (ConfigError, OSError, ValueError) as exc:
         print(f"corral-harness: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc

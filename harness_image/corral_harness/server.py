@@ -3,6 +3,8 @@
 Auth: when a token file is configured every route but `/readyz` wants `Authorization: Bearer
 <token>`. Bad input is a 400 with a reason; an unknown conversation is a 404 on both views.
 The SDK adapter is imported in the background once the server listens, so `/readyz` is quick.
+With CORRAL_EXEC_SOCKET set, the working tools, /checks and the policy's path checks go to the
+tools container's exec service, and `/readyz` waits for it.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ from .custodian_client.menu import MenuClient
 from .default_policy import DefaultPolicy
 from .engine.seam import EngineAdapter
 from .local_approvals import FileApprovalPort
-from .paths import GrantedRoot
-from .seams import ApprovalPort, TurnPolicy
-from .tools import WorkingTools
+from .seams import ApprovalPort, TurnPolicy, Workspace
+from .tools import LocalWorkspace, WorkingTools
+from .tools._exec_client import ExecWorkspace
 from .turn import Turn, TurnDeps
 
 log = logging.getLogger("corral.harness")
@@ -116,15 +118,24 @@ def _approval_port(config: HarnessConfig) -> ApprovalPort:
     return FileApprovalPort(config.state_dir / "approvals")
 
 
+def workspace_for(config: HarnessConfig) -> Workspace:
+    """The tools container's exec service when one is configured, else the harness itself."""
+    if config.exec_socket is not None:
+        return ExecWorkspace(config.exec_socket, config.granted_root)
+    return LocalWorkspace(config.granted_root)
+
+
 def create_app(
     config: HarnessConfig,
     *,
     policy: TurnPolicy | None = None,
     approvals: ApprovalPort | None = None,
     engine: Callable[[], Awaitable[EngineAdapter]] | None = None,
+    workspace: Workspace | None = None,
 ) -> FastAPI:
-    """The harness app. `policy`, `approvals` and `engine` replace the defaults when given."""
-    root = GrantedRoot(config.granted_root)
+    """The harness app. `policy`, `approvals`, `engine` and `workspace` replace the defaults
+    when given (a policy should be given the same workspace)."""
+    workspace = workspace or workspace_for(config)
     token = config.token_file.read_text().strip() if config.token_file else None
     if config.token_file and not token:
         raise ValueError(f"the wire token file {config.token_file} is empty")
@@ -134,11 +145,11 @@ def create_app(
         policy=policy or DefaultPolicy(),
         approvals=approvals or _approval_port(config),
         tools=WorkingTools(
-            root, read_only=config.read_only, bash_timeout=config.bash_timeout_seconds
+            workspace, read_only=config.read_only, bash_timeout=config.bash_timeout_seconds
         ),
         menu=menu,
         engine=engine_loader,
-        granted_root=root.root,
+        granted_root=workspace.root,
         read_only=config.read_only,
         pick_sweep_seconds=config.pick_sweep_seconds,
         records_dir=config.state_dir / "turns",
@@ -157,6 +168,8 @@ def create_app(
         warm.cancel()
         await registry.close()
         await menu.close()
+        if isinstance(workspace, ExecWorkspace):
+            await workspace.aclose()
 
     app = FastAPI(
         title="corral-harness", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
@@ -175,8 +188,11 @@ def create_app(
         app.add_middleware(BearerToken, token=token)
 
     @app.get("/readyz")
-    async def readyz() -> dict[str, bool]:
-        return {"ready": True}
+    async def readyz() -> Response:
+        # A turn cannot start before the tools container's exec service answers.
+        if isinstance(workspace, ExecWorkspace) and not await workspace.healthy():
+            return JSONResponse({"ready": False, "reason": "the exec service"}, status_code=503)
+        return JSONResponse({"ready": True})
 
     @app.get("/metrics")
     async def metrics_() -> Response:
@@ -299,7 +315,7 @@ def create_app(
         except ValueError as exc:
             reason = _reason(exc) if isinstance(exc, ValidationError) else f"invalid JSON: {exc}"
             return _error(400, "bad_request", reason)
-        result = await run_check(root, body)
+        result = await run_check(workspace, body)
         return JSONResponse(result.model_dump())
 
     return app

@@ -135,13 +135,13 @@ def test_the_wire_wants_the_bearer_token(fresh_harness: Harness, model: Model, c
         fresh_harness.wait_settled(conv, admitted["submissionId"], agent="a")["text"]
         == "authorised"
     )
-    # A command the model runs does not learn where the token is.
+    # A command the model runs learns no control endpoint: no CORRAL_* variable at all.
     model.script(conv, [{"tool_use": {"name": "bash", "input": {"command": "env"}}}, "ok"])
     fresh_harness.wait_settled(
         conv, fresh_harness.admit(conv, agent="a")["submissionId"], agent="a"
     )
     env_output = model.requests(conv)[-1]["messages"][-1]["content"][0]["content"]
-    assert "CORRAL_WIRE_TOKEN_FILE" not in env_output and "CORRAL_STATE_DIR" in env_output
+    assert "CORRAL_" not in env_output and "PATH=" in env_output
 
 
 def test_a_read_only_session_refuses_writes_and_commands(

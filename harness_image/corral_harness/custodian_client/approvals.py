@@ -4,6 +4,10 @@ The harness holds no cluster identity, so an `ask` goes to the custodian's Menu 
 `request_approval` (which creates an Approval bound to this session's name and uid) and the
 decision is read back from `GET /approvals/{name}`, which answers only for this session's
 Approvals. A human decides with `kubectl patch approval ... --subresource=status`.
+
+The request carries `X-Corral-Approval-Gate: 1`: it is the policy's gate asking about a call
+the allowlist already let through, so the custodian does not hold it to the Agent's allowlist
+the way it holds a model's own `mcp__corral__request_approval` call.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from ..seams import ToolCall, TurnContext
 log = logging.getLogger(__name__)
 
 _UNREACHABLE = "unreachable:"
+GATE_HEADER = "X-Corral-Approval-Gate"
 
 
 class CustodianApprovalPort:
@@ -42,7 +47,7 @@ class CustodianApprovalPort:
             response = await self._client.post(
                 f"{self.base_url}/agents/{ctx.conversation}/tools/request_approval",
                 json=body,
-                headers={"X-Corral-Submission": ctx.submission_id},
+                headers={"X-Corral-Submission": ctx.submission_id, GATE_HEADER: "1"},
             )
             answer = response.json()
             if answer.get("isError"):

@@ -1,4 +1,5 @@
-"""Which tools the model sees and whether one call may run: pure rules, no I/O but path checks.
+"""Which tools the model sees and whether one call may run: pure rules, no I/O but path checks,
+which ask the workspace (`PathClassifier`): in a pod that is the tools container's exec service.
 
 Order of the checks in `decide`: the fixed rule, the allowlist (default deny; deny beats allow,
 also under `*`), read-only, the live list of this step, the granted root, then the actions that
@@ -8,14 +9,16 @@ always ask. Hooks run before these, so a rewritten input is checked like any oth
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
-from fnmatch import fnmatchcase
+from collections.abc import Sequence
 from typing import Any, Final
 
-from ..paths import GrantedRoot, PathVerdict
-from ..seams import ToolCall, ToolDecision, ToolSpec
+from corral_common.toolmatch import allowed_by_patterns
+from corral_common.toolmatch import matches as _matches
+
+from ..paths import PathVerdict
+from ..seams import PathClassifier, ToolCall, ToolDecision, ToolSpec
 from .always_ask import ask_reason
-from .fixed_rule import bare_name, forbidden_reason
+from .fixed_rule import forbidden_reason
 from .shell_paths import check_shell_paths
 from .tool_search import TOOL_SEARCH, TOOL_SEARCH_NAME
 
@@ -24,15 +27,6 @@ MAX_DESCRIPTION_CHARS: Final = 200
 WRITE_TOOLS: Final = frozenset({"write", "edit", "bash"})
 # Input keys that name files or directories, for every tool.
 PATH_KEYS: Final = ("path", "file_path", "cwd", "directory", "dir", "target")
-
-
-def _matches(name: str, patterns: Iterable[str]) -> bool:
-    names = {name, bare_name(name)}
-    return any(fnmatchcase(n, p) for n in names for p in patterns)
-
-
-def allowed_by_patterns(name: str, allow: Sequence[str], deny: Sequence[str]) -> bool:
-    return _matches(name, allow) and not _matches(name, deny)
 
 
 def writes(spec_or_name: ToolSpec | str) -> bool:
@@ -78,7 +72,7 @@ def _paths(tool_input: dict[str, Any]) -> list[object]:
     return found
 
 
-def check_glob(root: GrantedRoot, pattern: str) -> ToolDecision | None:
+async def check_glob(root: PathClassifier, pattern: str) -> ToolDecision | None:
     """A glob pattern's fixed prefix must stay inside; `..` after a wildcard cannot be known."""
     parts = pattern.split("/")
     fixed: list[str] = []
@@ -91,7 +85,7 @@ def check_glob(root: GrantedRoot, pattern: str) -> ToolDecision | None:
     prefix = "/".join(fixed) or "."
     if pattern.startswith("/") and not prefix.startswith("/"):
         prefix = "/" + prefix
-    verdict = root.classify(prefix)
+    verdict = await root.classify(prefix)
     if verdict is PathVerdict.OUTSIDE:
         return ToolDecision("deny", f"glob {pattern!r} reaches outside the granted root")
     if verdict is PathVerdict.UNCERTAIN:
@@ -99,11 +93,11 @@ def check_glob(root: GrantedRoot, pattern: str) -> ToolDecision | None:
     return None
 
 
-def check_paths(root: GrantedRoot, tool_input: dict[str, Any]) -> ToolDecision | None:
+async def check_paths(root: PathClassifier, tool_input: dict[str, Any]) -> ToolDecision | None:
     for path in _paths(tool_input):
         if not isinstance(path, str):
             return ToolDecision("ask", f"path argument {path!r} is not a string")
-        verdict = root.classify(path)
+        verdict = await root.classify(path)
         if verdict is PathVerdict.OUTSIDE:
             return ToolDecision("deny", f"path {path!r} is outside the granted root")
         if verdict is PathVerdict.UNCERTAIN:
@@ -111,14 +105,14 @@ def check_paths(root: GrantedRoot, tool_input: dict[str, Any]) -> ToolDecision |
     return None
 
 
-def decide(
+async def decide(
     call: ToolCall,
     *,
     allow: Sequence[str],
     deny: Sequence[str],
     visible: Sequence[ToolSpec] | None,
     read_only: bool,
-    root: GrantedRoot,
+    root: PathClassifier,
 ) -> ToolDecision:
     reason = forbidden_reason(call.name)
     if reason:
@@ -135,13 +129,13 @@ def decide(
             )
         if visible is not None and spec is None:
             return ToolDecision("deny", f"{call.name} is not on this step's tool list")
-    path_decision = check_paths(root, call.input)
+    path_decision = await check_paths(root, call.input)
     command = call.input.get("command")
     if path_decision is None and call.name == "bash" and isinstance(command, str):
-        path_decision = check_shell_paths(root, command)
+        path_decision = await check_shell_paths(root, command)
     pattern = call.input.get("pattern")
     if path_decision is None and call.name == "glob" and isinstance(pattern, str):
-        path_decision = check_glob(root, pattern)
+        path_decision = await check_glob(root, pattern)
     if path_decision is not None:
         return path_decision
     reason = ask_reason(call.name, call.input)

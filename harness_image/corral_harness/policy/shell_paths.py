@@ -13,8 +13,8 @@ import shlex
 from collections.abc import Iterator
 from typing import Final
 
-from ..paths import GrantedRoot, PathVerdict
-from ..seams import ToolDecision
+from ..paths import PathVerdict
+from ..seams import PathClassifier, ToolDecision
 
 # Device files a command may always write to.
 HARMLESS_TARGETS: Final = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})
@@ -66,7 +66,7 @@ def _targets(words: list[str]) -> Iterator[str]:
         i += 1
 
 
-def check_shell_paths(root: GrantedRoot, command: str) -> ToolDecision | None:
+async def check_shell_paths(root: PathClassifier, command: str) -> ToolDecision | None:
     words = _words(command)
     if words is None:
         return None
@@ -75,7 +75,7 @@ def check_shell_paths(root: GrantedRoot, command: str) -> ToolDecision | None:
             continue
         if "$" in target or "`" in target or target.startswith("~"):
             return ToolDecision("ask", f"the shell path {target!r} depends on expansion")
-        verdict = root.classify(target)
+        verdict = await root.classify(target)
         if verdict is PathVerdict.OUTSIDE:
             return ToolDecision(
                 "deny", f"the command writes or moves to {target!r}, outside the granted root"

@@ -9,12 +9,18 @@ How the turn uses the plan from `prepare_request`:
 - `compaction` set: insert it into the transcript with `context.apply_compaction` (it carries
   its own position) before appending the model's answer.
 - `call_only_lines`: send them with this one call (appended to `system`), never store them.
+
+What the policy learns about the tree (path verdicts, AGENTS.md, the top-level entries) it asks
+the `Workspace`, the same one the working tools act through: in a pod, the tools container.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import posixpath
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,12 +40,29 @@ from ..context import (
     usable_budget,
     window_for,
 )
-from ..context.assembly import AssembledContext
-from ..context.sources import collect_layers
+from ..context.assembly import AssembledContext, Unit
+from ..context.instructions import (
+    INSTRUCTION_FILE_NAME,
+    MAX_FILE_BYTES,
+    InstructionFile,
+    instruction_units,
+)
+from ..context.layers import LayerName
+from ..context.sources import MAX_LISTED_ENTRIES, rule_units, task_units
 from ..hooks import HookEvent, HookOutcome, Hooks, Phase
 from ..memory import MemoryStore, prune_turn_records, recall_hook
-from ..paths import GrantedRoot
-from ..seams import ModelRequestPlan, ToolCall, ToolDecision, ToolSpec, TurnContext, TurnVerdict
+from ..paths import PathVerdict
+from ..seams import (
+    ModelRequestPlan,
+    ToolCall,
+    ToolDecision,
+    ToolSpec,
+    TurnContext,
+    TurnVerdict,
+    Workspace,
+    WorkspaceError,
+)
+from ..tools._local import LocalWorkspace
 from .permissions import decide, filter_catalog
 from .structured import check_schema, structured_output_errors
 from .tool_search import answer_tool_search
@@ -52,6 +75,15 @@ INSTRUCTION_WRITERS = frozenset({"write", "edit"})
 WindowLookup = Callable[[str], int | None]
 MemoryFor = Callable[[TurnContext], MemoryStore | None]
 TurnRecordsDir = Callable[[TurnContext], Path | None]
+
+
+@dataclass(frozen=True)
+class WorkspaceFacts:
+    """What the context layers show of the tree, read through the workspace."""
+
+    instruction_files: list[InstructionFile]
+    branch: str | None
+    entries: list[str]  # top-level names, directories with a trailing "/", .git left out
 
 
 @dataclass
@@ -85,6 +117,27 @@ def memory_per_scope(db_path: str | Path) -> MemoryFor:
     return lookup
 
 
+def project_units(root: Path, branch: str | None, entries: Sequence[str]) -> list[Unit]:
+    """Where the agent works: the root, its branch, and the top-level entries."""
+    lines = [f"Workspace (granted root): {root}"]
+    if branch:
+        lines.append(f"Git branch: {branch}")
+    if entries:
+        shown = list(entries[:MAX_LISTED_ENTRIES])
+        more = len(entries) - len(shown)
+        lines.append(
+            "Top-level entries: " + ", ".join(shown) + (f" (+{more} more)" if more else "")
+        )
+    return [Unit(source="workspace", text="\n".join(lines))]
+
+
+def _branch(head: str | None) -> str | None:
+    if head is None:
+        return None
+    head = head.strip()
+    return head.removeprefix("ref: refs/heads/") if head.startswith("ref: ") else head[:12]
+
+
 def tools_payload(tools: Sequence[ToolSpec]) -> list[dict[str, Any]]:
     return [
         {"name": t.name, "description": t.description, "input_schema": t.input_schema}
@@ -96,7 +149,8 @@ class CorralTurnPolicy:
     def __init__(
         self,
         *,
-        granted_root: str | Path,
+        granted_root: str | Path | None = None,
+        workspace: Workspace | None = None,
         agent: AgentSpec | None = None,
         read_only: bool = False,
         window_lookup: WindowLookup | None = None,
@@ -112,7 +166,11 @@ class CorralTurnPolicy:
         turn_records_dir: TurnRecordsDir | None = None,
         instruction_cache: InstructionFileCache | None = None,
     ) -> None:
-        self.root = GrantedRoot(granted_root)
+        if workspace is None:
+            if granted_root is None:
+                raise ValueError("the policy needs a workspace or a granted root")
+            workspace = LocalWorkspace(granted_root)
+        self.workspace = workspace
         self.agent = agent
         self.read_only = read_only
         self.window_lookup = window_lookup
@@ -129,6 +187,8 @@ class CorralTurnPolicy:
         self.turn_records_dir = turn_records_dir
         self.cache = instruction_cache or InstructionFileCache()
         self._state: dict[str, _ConversationState] = {}
+        # The branch and top-level entries, read again after anything may have changed them.
+        self._project: tuple[str | None, list[str]] | None = None
         hooks = hooks or Hooks()
         self._memory_for: MemoryFor = _memory_lookup(memory)
         if memory is not None:
@@ -136,6 +196,11 @@ class CorralTurnPolicy:
             hooks = hooks.with_handler(Phase.BEFORE_GENERATION, recall_hook(self._store_for_event))
         self.hooks = hooks
         self._current_ctx: dict[str, TurnContext] = {}
+
+    @property
+    def root(self) -> Workspace:
+        """The workspace; `policy.root.root` is the granted root's path."""
+        return self.workspace
 
     # ------------------------------------------------------------------ helpers
 
@@ -169,24 +234,57 @@ class CorralTurnPolicy:
 
     # ------------------------------------------------------------------ assembly
 
+    async def workspace_facts(self) -> WorkspaceFacts:
+        """AGENTS.md files, the branch and the top-level entries: cached until a tool or a new
+        turn may have changed them, then read again in one survey of the workspace."""
+        root = self.workspace.root
+        files = self.cache.fresh(root)
+        if files is not None and self._project is not None:
+            return WorkspaceFacts(files, *self._project)
+        known = self.cache.fingerprints(root)
+        asked_at = time.time_ns()  # the clock of the files' mtimes (the node's, in a pod)
+        try:
+            survey = await self.workspace.survey(INSTRUCTION_FILE_NAME, known, MAX_FILE_BYTES)
+        except WorkspaceError as exc:
+            # The tools container is away (restarting): this call goes with what was last seen,
+            # and the next one asks again.
+            log.warning("the workspace could not be surveyed: %s", exc)
+            return WorkspaceFacts(self.cache.last(root), *(self._project or (None, [])))
+        files = self.cache.update(root, survey.files, asked_at)
+        entries = sorted(
+            e.name + ("/" if e.kind == "dir" else "") for e in survey.entries if e.name != ".git"
+        )
+        self._project = (_branch(survey.git_head), entries)
+        return WorkspaceFacts(files, *self._project)
+
     def assemble_context(
         self,
         transcript: Sequence[dict[str, Any]],
         ctx: TurnContext | None = None,
         *,
         budgets: dict[str, int] | None = None,
+        facts: WorkspaceFacts | None = None,
     ) -> AssembledContext:
-        """The five layers for this call, as the turn sends them (also `corral context`)."""
+        """The five layers for this call, as the turn sends them (also `corral context`).
+
+        Without `facts` (a caller outside any event loop, like `corral context`) they are read
+        through the workspace here."""
+        if facts is None:
+            facts = asyncio.run(self.workspace_facts())
         agent = self._agent(ctx)
         read_only = self.read_only or (ctx.read_only if ctx else False)
-        contents = collect_layers(
-            agent,
-            self.root.root,
-            self.cache,
-            transcript,
-            read_only=read_only,
-            extra_rules=self.business_rules,
-        )
+        root = self.workspace.root
+        contents = {
+            LayerName.IDENTITY: [Unit("agent:identity", agent.identity, header=False)],
+            LayerName.INSTRUCTION_FILES: instruction_units(
+                facts.instruction_files, agent.instructions
+            ),
+            LayerName.PROJECT_CONTEXT: project_units(root, facts.branch, facts.entries),
+            LayerName.BUSINESS_RULES: rule_units(
+                root, read_only=read_only, extra=self.business_rules
+            ),
+            LayerName.TASK_STATE: task_units(transcript),
+        }
         layer_budgets = resolve_budgets(agent.budgets, {**self.budgets, **(budgets or {})})
         return assemble(contents, layer_budgets, tokenizer=self.tokenizer)
 
@@ -214,13 +312,13 @@ class CorralTurnPolicy:
             )
         effective = outcome.tool_input if outcome.tool_input is not None else call.input
         agent = self._agent(ctx)
-        decision = decide(
+        decision = await decide(
             ToolCall(call.id, call.name, effective),
             allow=agent.tools.allow,
             deny=agent.tools.deny,
             visible=self._conv(ctx).visible,
             read_only=self._read_only(ctx),
-            root=self.root,
+            root=self.workspace,
         )
         if outcome.tool_input is not None and decision.outcome != "deny":
             return ToolDecision(decision.outcome, decision.reason, input=effective)
@@ -233,13 +331,13 @@ class CorralTurnPolicy:
         if ctx.submission_id not in conv.turns_started:
             conv.turns_started.add(ctx.submission_id)
             # Between turns anyone may have changed the tree (a person, git): rescan once.
-            self.cache.invalidate(self.root.root)
+            self._tree_changed()
             started = await self.run_hooks(Phase.BEFORE_TURN, ctx, messages=tuple(transcript))
             if started.denied and self.abort_on_pre_deny:
                 return ModelRequestPlan(
                     system="", messages=[], stop_reason=f"before-turn hook denied: {started.reason}"
                 )
-        assembled = self.assemble_context(transcript, ctx)
+        assembled = self.assemble_context(transcript, ctx, facts=await self.workspace_facts())
         before = await self.run_hooks(
             Phase.BEFORE_GENERATION, ctx, system=assembled.prompt, messages=tuple(transcript)
         )
@@ -284,12 +382,12 @@ class CorralTurnPolicy:
     ) -> None:
         # A tool may have changed an AGENTS.md; the next assembly must see it.
         if call.name == "bash":
-            self.cache.invalidate(self.root.root)
+            self._tree_changed()
         elif call.name in INSTRUCTION_WRITERS:
+            self._project = None
             path = call.input.get("path") or call.input.get("file_path")
-            if isinstance(path, str):
-                candidate = Path(path) if Path(path).is_absolute() else self.root.root / path
-                self.cache.invalidate_path(candidate)
+            if isinstance(path, str) and await self._may_be_instructions(path):
+                self.cache.invalidate(self.workspace.root)
         await self.run_hooks(
             Phase.AFTER_TOOL,
             ctx,
@@ -298,6 +396,21 @@ class CorralTurnPolicy:
             tool_result=result,
             tool_is_error=is_error,
         )
+
+    def _tree_changed(self) -> None:
+        self.cache.invalidate(self.workspace.root)
+        self._project = None
+
+    async def _may_be_instructions(self, path: str) -> bool:
+        """Whether a written path can change the scan: an AGENTS.md, a directory, or unknown."""
+        try:
+            resolved = await self.workspace.resolve(path)
+        except WorkspaceError:
+            return True
+        if resolved.verdict is not PathVerdict.INSIDE:
+            return resolved.verdict is PathVerdict.UNCERTAIN
+        name = posixpath.basename(resolved.path)
+        return name == INSTRUCTION_FILE_NAME or resolved.kind in ("dir", "missing")
 
     async def after_generation(self, ctx: TurnContext, message: dict[str, Any]) -> HookOutcome:
         """Optional: the turn may call this with each model answer."""

@@ -1,8 +1,11 @@
 """The working tools: read, write, edit, bash, grep, glob.
 
-Every path is resolved (symlinks, `..`) against the granted root and refused outside it; bash
-and grep run with the granted root as cwd. A read-only session refuses write, edit and bash
-here, whatever the policy said, because this is the last place a call passes before it acts.
+They act through a `Workspace`: in-process (`LocalWorkspace`) or the tools container's exec
+service (`tools._exec_client.ExecWorkspace`, imported by the server only: it is the httpx
+adapter). Either way every path is resolved (symlinks, `..`) against the granted root and
+refused outside it, and bash and grep run with the granted root as cwd. The words the model
+reads are made here, once, for both. A read-only session refuses write, edit and bash here,
+whatever the policy said, because this is the last place a call passes before it acts.
 """
 
 from __future__ import annotations
@@ -10,12 +13,19 @@ from __future__ import annotations
 from typing import Any
 
 from ..paths import GrantedRoot
-from ..seams import ToolSpec
+from ..seams import CommandOutcome, ToolSpec, Workspace, WorkspaceError
 from . import _files, _shell
-from ._result import ToolRefused, ToolResult, cap_output
-from ._shell import CommandOutcome, run_command
+from ._local import LocalWorkspace, run_command
+from ._result import ToolRefused, ToolResult, cap_output, refusal
 
-__all__ = ["CommandOutcome", "ToolResult", "WorkingTools", "cap_output", "run_command"]
+__all__ = [
+    "CommandOutcome",
+    "LocalWorkspace",
+    "ToolResult",
+    "WorkingTools",
+    "cap_output",
+    "run_command",
+]
 
 _PATH = {"type": "string", "description": "A path, relative to the granted root or absolute."}
 
@@ -96,17 +106,19 @@ SPECS: tuple[ToolSpec, ...] = (
 
 
 class WorkingTools:
-    """Runs the working tools for one granted root."""
+    """Runs the working tools in one workspace (a bare `GrantedRoot` means in-process)."""
 
     def __init__(
         self,
-        root: GrantedRoot,
+        workspace: Workspace | GrantedRoot,
         *,
         read_only: bool = False,
         bash_timeout: float = 120.0,
         output_cap: int = 30_000,
     ) -> None:
-        self.root = root
+        self.workspace: Workspace = (
+            LocalWorkspace(workspace) if isinstance(workspace, GrantedRoot) else workspace
+        )
         self.read_only = read_only
         self.bash_timeout = bash_timeout
         self.output_cap = output_cap
@@ -127,20 +139,24 @@ class WorkingTools:
             return await self._dispatch(name, args)
         except ToolRefused as exc:
             return ToolResult(str(exc), True)
+        except WorkspaceError as exc:
+            path = args.get("path") or "."
+            return ToolResult(refusal(name, exc, str(path), self.workspace.root), True)
         except (OSError, UnicodeError, ValueError) as exc:
             return ToolResult(f"{name} failed: {exc}", True)
 
     async def _dispatch(self, name: str, args: dict[str, Any]) -> ToolResult:
+        ws = self.workspace
         if name == "read":
-            return _files.read(self.root, args)
+            return await _files.read(ws, args)
         if name == "write":
-            return _files.write(self.root, args)
+            return await _files.write(ws, args)
         if name == "edit":
-            return _files.edit(self.root, args)
+            return await _files.edit(ws, args)
         if name == "glob":
-            return _files.glob(self.root, args)
+            return await _files.glob(ws, args)
         if name == "grep":
-            return await _shell.grep(self.root, args, timeout=self.bash_timeout)
+            return await _shell.grep(ws, args, timeout=self.bash_timeout)
         return await _shell.bash(
-            self.root, args, default_timeout=self.bash_timeout, output_cap=self.output_cap
+            ws, args, default_timeout=self.bash_timeout, output_cap=self.output_cap
         )

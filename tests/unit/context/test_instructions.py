@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,7 +19,7 @@ from corral_harness.context import (
     instruction_units,
     scan_instruction_files,
 )
-from corral_harness.context.instructions import AGENT_SOURCE
+from corral_harness.context.instructions import AGENT_SOURCE, NamedFileIndex
 
 
 def _write(root: Path, rel: str, text: str) -> None:
@@ -153,3 +155,48 @@ def test_trimming_keeps_the_most_authoritative_files(
                     .tokens
                     == 0
                 )
+
+
+def test_the_index_lists_only_directories_that_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for rel in ("a/AGENTS.md", "a/b/AGENTS.md", "c/x.py", "AGENTS.md"):
+        _write(tmp_path, rel, rel)
+    old = time.time() - 600
+    for path in [tmp_path, *tmp_path.rglob("*")]:
+        os.utime(path, (old, old))
+    index = NamedFileIndex(tmp_path, "AGENTS.md")
+    listed: list[str] = []
+    real_list = NamedFileIndex._list
+
+    def counting(self: NamedFileIndex, path: str, mtime: int, now: int) -> Any:
+        listed.append(os.path.relpath(path, tmp_path))
+        return real_list(self, path, mtime, now)
+
+    monkeypatch.setattr(NamedFileIndex, "_list", counting)
+    assert sorted(f.path for f in index.find({}, 1 << 20)) == [
+        "AGENTS.md",
+        "a/AGENTS.md",
+        "a/b/AGENTS.md",
+    ]
+    assert sorted(listed) == [".", "a", "a/b", "c"]
+    listed.clear()
+    _write(tmp_path, "c/AGENTS.md", "new")  # c's mtime moves; nothing else does
+    found = {f.path: f.content for f in index.find({}, 1 << 20)}
+    assert listed == ["c"]
+    assert found["c/AGENTS.md"] == "new"
+
+
+def test_a_file_read_right_after_it_changed_gets_no_fingerprint(tmp_path: Path) -> None:
+    import asyncio
+
+    from corral_harness.tools import LocalWorkspace
+
+    _write(tmp_path, "AGENTS.md", "same")
+    cache = InstructionFileCache()
+    workspace = LocalWorkspace(tmp_path)
+    (fresh,) = asyncio.run(cache.refresh(workspace))
+    assert fresh.size == -1  # racy: it will be read again
+    _write(tmp_path, "AGENTS.md", "SAME")  # same size, maybe the same clock tick
+    cache.invalidate(workspace.root)
+    assert [f.text for f in asyncio.run(cache.refresh(workspace))] == ["SAME"]

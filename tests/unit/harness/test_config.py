@@ -53,3 +53,13 @@ def test_bad_settings_are_refused_clearly(
 ) -> None:
     with pytest.raises(ConfigError, match=message):
         HarnessConfig.from_env({"CORRAL_GRANTED_ROOT": str(tmp_path), **env})
+
+
+def test_with_an_exec_service_the_root_need_not_exist_here(tmp_path: Path) -> None:
+    env = {"CORRAL_GRANTED_ROOT": "/workspace/not/mounted/here", "CORRAL_EXEC_SOCKET": "/s/e.sock"}
+    config = HarnessConfig.from_env(env)
+    assert config.exec_socket == Path("/s/e.sock")
+    assert config.granted_root == Path("/workspace/not/mounted/here")
+    assert HarnessConfig.from_env({"CORRAL_GRANTED_ROOT": str(tmp_path)}).exec_socket is None
+    with pytest.raises(ConfigError, match="absolute"):
+        HarnessConfig.from_env({"CORRAL_GRANTED_ROOT": "relative", "CORRAL_EXEC_SOCKET": "/s"})

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from corral_harness.paths import GrantedRoot
 from corral_harness.policy import LocalApprovalStore, call_digest, settle_ask, shell_ask_reason
 from corral_harness.policy.approvals import ApprovalScopeMismatch
 from corral_harness.policy.turn_policy import CorralTurnPolicy
@@ -32,12 +33,16 @@ async def run_gated(
         return f"blocked: {decision.reason}"
     tool_input: dict[str, Any] = decision.input or call.input
     if call.name == "write":
-        target = policy.root.resolve(tool_input["path"])
+        target = GrantedRoot(policy.workspace.root).resolve(tool_input["path"])
         target.write_text(tool_input["content"])
         return "written"
     if call.name == "bash":
         done = subprocess.run(
-            tool_input["command"], shell=True, cwd=policy.root.root, capture_output=True, timeout=10
+            tool_input["command"],
+            shell=True,
+            cwd=policy.workspace.root,
+            capture_output=True,
+            timeout=10,
         )
         return f"exit {done.returncode}"
     return "ran"

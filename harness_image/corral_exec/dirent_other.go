@@ -1,0 +1,27 @@
+//go:build !linux
+
+package main
+
+import "os"
+
+// listDir: the subdirectories (symlinks not followed; .git left out) and whether a regular
+// file called name is there.
+func listDir(dir, name string, _ []byte) ([]string, bool, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, false, err
+	}
+	var subdirs []string
+	has := false
+	for _, entry := range entries {
+		switch {
+		case entry.IsDir():
+			if entry.Name() != ".git" {
+				subdirs = append(subdirs, entry.Name())
+			}
+		case entry.Type().IsRegular() && entry.Name() == name:
+			has = true
+		}
+	}
+	return subdirs, has, nil
+}

@@ -1,0 +1,3 @@
+module corral.dev/exec
+
+go 1.26

@@ -1,0 +1,255 @@
+"""The exec-service workspace: the tools container's `corral-exec`, over a Unix socket.
+
+The harness never opens a workspace path itself in this mode: every file operation, command
+and path check is a request to the service, which runs under the tools container's uid and
+resolves paths on its own view of the workspace. This module only moves bytes and error kinds;
+the words the model reads are made in `tools._result` as for the in-process workspace.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast, get_args
+
+import httpx
+
+from ..paths import PathVerdict
+from ..seams import (
+    CommandOutcome,
+    DirEntry,
+    Fingerprint,
+    FoundFile,
+    GlobMatches,
+    LineWindow,
+    PathKind,
+    Programs,
+    ResolvedPath,
+    Survey,
+    WorkspaceError,
+    WorkspaceErrorKind,
+)
+from ._result import head_tail_text
+
+# Short requests answer quickly; a command's stream is bounded by its own timeout, which the
+# service enforces, so the client waits for it without a read timeout of its own.
+REQUEST_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
+STREAM_TIMEOUT = httpx.Timeout(None, connect=5.0)
+
+SUN_PATH_MAX = 108  # struct sockaddr_un's room for a path, NUL included
+_KINDS: frozenset[str] = frozenset(get_args(WorkspaceErrorKind))
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return "\x00" not in text
+
+
+class ExecWorkspace:
+    """`Workspace` through the exec service listening on `socket`."""
+
+    def __init__(self, socket: str | Path, root: str | Path) -> None:
+        self.socket = str(socket)
+        self._root = Path(root)
+        self._socket_dir: int | None = None
+        self._programs: Programs | None = None
+        self._client = httpx.AsyncClient(
+            transport=httpx.AsyncHTTPTransport(uds=self._connectable(self.socket)),
+            base_url="http://corral-exec",
+            timeout=REQUEST_TIMEOUT,
+        )
+
+    def _connectable(self, socket: str) -> str:
+        """The socket's path, or for one too long for sockaddr_un (the local node's host paths
+        of a volume) the same socket through an open handle on its directory."""
+        if len(socket.encode()) < SUN_PATH_MAX:
+            return socket
+        self._socket_dir = os.open(os.path.dirname(socket), os.O_PATH | os.O_DIRECTORY)
+        return f"/proc/self/fd/{self._socket_dir}/{os.path.basename(socket)}"
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+        if self._socket_dir is not None:
+            os.close(self._socket_dir)
+            self._socket_dir = None
+
+    async def healthy(self) -> bool:
+        try:
+            return (await self._client.get("/healthz", timeout=2.0)).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    # ------------------------------------------------------------------------- transport
+
+    async def _call(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            response = await self._client.post(endpoint, json=body)
+        except httpx.HTTPError as exc:
+            raise WorkspaceError("unavailable", str(exc) or type(exc).__name__) from exc
+        answer = _json(response.content)
+        if response.status_code != 200:
+            raise _error(answer, response.status_code)
+        return answer
+
+    # ------------------------------------------------------------------------- paths
+
+    async def classify(self, path: str) -> PathVerdict:
+        try:
+            return (await self.resolve(path)).verdict
+        except WorkspaceError:
+            return PathVerdict.UNCERTAIN  # the service cannot say: a person decides, not a guess
+
+    async def resolve(self, path: str) -> ResolvedPath:
+        if not _encodable(path):
+            return ResolvedPath(PathVerdict.UNCERTAIN, "", "missing")
+        answer = await self._call("/v1/files/resolve", {"path": path})
+        return ResolvedPath(
+            PathVerdict(answer["verdict"]), str(answer["path"]), cast(PathKind, answer["kind"])
+        )
+
+    def _checked(self, path: str) -> str:
+        if not _encodable(path):
+            raise WorkspaceError("uncertain", "the path is not valid UTF-8 or holds NUL")
+        return path
+
+    # ------------------------------------------------------------------------- files
+
+    async def read_lines(self, path: str, offset: int, limit: int, max_bytes: int) -> LineWindow:
+        answer = await self._call(
+            "/v1/files/read",
+            {"path": self._checked(path), "offset": offset, "limit": limit, "maxBytes": max_bytes},
+        )
+        return LineWindow(list(answer["lines"]), bool(answer["more"]), bool(answer["clipped"]))
+
+    async def read_text(self, path: str, max_bytes: int) -> str:
+        answer = await self._call(
+            "/v1/files/get", {"path": self._checked(path), "maxBytes": max_bytes}
+        )
+        return str(answer["content"])
+
+    async def write_text(self, path: str, content: str) -> str:
+        content.encode("utf-8")  # a lone surrogate fails here, as it does in-process
+        answer = await self._call(
+            "/v1/files/put", {"path": self._checked(path), "content": content}
+        )
+        return str(answer["path"])
+
+    async def glob(self, path: str, pattern: str, limit: int) -> GlobMatches:
+        answer = await self._call(
+            "/v1/files/glob", {"path": self._checked(path), "pattern": pattern, "max": limit}
+        )
+        return GlobMatches(list(answer["matches"]), bool(answer["more"]))
+
+    async def find(
+        self, name: str, known: Mapping[str, Fingerprint], max_bytes: int
+    ) -> list[FoundFile]:
+        return _found(await self._call("/v1/files/find", _find_body(name, known, max_bytes)))
+
+    async def list_dir(self, path: str) -> list[DirEntry]:
+        answer = await self._call("/v1/files/list", {"path": self._checked(path)})
+        return _entries(answer)
+
+    async def survey(self, name: str, known: Mapping[str, Fingerprint], max_bytes: int) -> Survey:
+        answer = await self._call("/v1/files/survey", _find_body(name, known, max_bytes))
+        head = answer.get("gitHead")
+        return Survey(_found(answer), _entries(answer), head if isinstance(head, str) else None)
+
+    # ------------------------------------------------------------------------- commands
+
+    async def run(
+        self, argv: Sequence[str], *, timeout: float, keep_bytes: int, cwd: str = "."
+    ) -> CommandOutcome:
+        body = {
+            "argv": list(argv),
+            "cwd": self._checked(cwd),
+            "timeoutSeconds": timeout,
+            "keepBytes": keep_bytes,
+        }
+        head, tail = bytearray(), bytearray()
+        cut = 0
+        outcome: CommandOutcome | None = None
+        try:
+            # Leaving this block early (the task cancelled: the turn was aborted) closes the
+            # connection, and the service kills the command's whole process group.
+            async with self._client.stream(
+                "POST", "/v1/exec", json=body, timeout=STREAM_TIMEOUT
+            ) as response:
+                if response.status_code != 200:
+                    raise _error(_json(await response.aread()), response.status_code)
+                async for line in response.aiter_lines():
+                    if not line:
+                        continue
+                    event = json.loads(line)
+                    kind = event.get("type")
+                    if kind == "output":
+                        (tail if cut else head).extend(base64.b64decode(event.get("data", "")))
+                    elif kind == "cut":
+                        cut = int(event["bytes"])
+                    elif kind == "exit":
+                        # Read on to the end of the stream (it ends here), so the connection
+                        # goes back to the pool instead of being closed.
+                        outcome = CommandOutcome(
+                            int(event["exitCode"]),
+                            head_tail_text(bytes(head), cut, bytes(tail)),
+                            bool(event["timedOut"]),
+                        )
+        except httpx.HTTPError as exc:
+            raise WorkspaceError("unavailable", str(exc) or type(exc).__name__) from exc
+        if outcome is None:
+            raise WorkspaceError("unavailable", "the command's stream ended without its exit")
+        return outcome
+
+    async def programs(self) -> Programs:
+        if self._programs is None:
+            try:
+                response = await self._client.get("/healthz")
+            except httpx.HTTPError as exc:
+                raise WorkspaceError("unavailable", str(exc) or type(exc).__name__) from exc
+            answer = _json(response.content)
+            self._programs = Programs(str(answer["shell"]), answer.get("ripgrep") or None)
+        return self._programs
+
+
+def _find_body(name: str, known: Mapping[str, Fingerprint], max_bytes: int) -> dict[str, Any]:
+    return {
+        "name": name,
+        "known": {p: {"size": s, "mtimeNs": m} for p, (s, m) in known.items()},
+        "maxBytes": max_bytes,
+    }
+
+
+def _found(answer: dict[str, Any]) -> list[FoundFile]:
+    return [
+        FoundFile(f["path"], int(f["size"]), int(f["mtimeNs"]), f.get("content"))
+        for f in answer["files"]
+    ]
+
+
+def _entries(answer: dict[str, Any]) -> list[DirEntry]:
+    return [DirEntry(e["name"], cast(PathKind, e["kind"])) for e in answer["entries"]]
+
+
+def _json(data: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _error(answer: dict[str, Any], status: int) -> WorkspaceError:
+    kind = str(answer.get("error", ""))
+    reason = str(answer.get("reason", f"HTTP {status}"))
+    if kind not in _KINDS:
+        return WorkspaceError("io", f"{kind or 'error'}: {reason}")
+    return WorkspaceError(cast(WorkspaceErrorKind, kind), reason)
