@@ -4,12 +4,17 @@ Each listens on a free loopback port, logs to `<state dir>/logs/<name>.log`, and
 session (process group) so a Ctrl-C at the terminal reaches `corral run` alone: the turn is then
 aborted through the wire, while the harness is still there to settle it. On Linux each part is
 also told to end when `corral run` ends, however it ends, so none is left behind.
+
+As in a sandbox pod, the custodian answers only the harness's pod-local credential: one random
+credential per run, in a 0600 file under `<state dir>/secrets/`, is handed to both
+(`CORRAL_CUSTODIAN_CREDENTIAL_FILE`) by `Parts.start`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -21,6 +26,9 @@ from pathlib import Path
 import httpx
 
 READY_TIMEOUT = 30.0
+CREDENTIAL_ENV = "CORRAL_CUSTODIAN_CREDENTIAL_FILE"
+# The model the scripted demo server plays; a run against it drives the session with it.
+SCRIPTED_MODEL = "corral-scripted"
 
 
 class StartFailed(Exception):
@@ -58,6 +66,7 @@ class Part:
     url: str
     process: subprocess.Popen[bytes]
     log: Path
+    argv: list[str] = field(default_factory=list)
 
     def log_tail(self, chars: int = 2000) -> str:
         try:
@@ -72,8 +81,36 @@ class Parts:
 
     log_dir: Path
     running: list[Part] = field(default_factory=list)
+    credential_file: Path | None = None
+
+    def custodian_credential(self) -> Path:
+        """This run's pod-local credential, created on first use: random, in a 0600 file."""
+        if self.credential_file is None:
+            path = self.log_dir.parent / "secrets" / "custodian-credential"
+            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as handle:
+                handle.write(secrets.token_urlsafe(32))
+            self.credential_file = path
+        return self.credential_file
+
+    def _pod_env(self, argv: list[str], env: dict[str, str]) -> dict[str, str]:
+        """What the custodian and a harness that talks to it need to find each other."""
+        if argv == part_argv(CUSTODIAN):
+            extra = {CREDENTIAL_ENV: str(self.custodian_credential())}
+            upstream = env.get("CORRAL_UPSTREAM_URL")
+            scripted = [p for p in self.running if SCRIPTED in p.argv and p.url == upstream]
+            if scripted and "CORRAL_MODEL_OVERRIDE" not in env:
+                # `corral run` drives a session against the scripted model with the model
+                # override corral-scripted; the custodian allows the Agent's model and that.
+                extra["CORRAL_MODEL_OVERRIDE"] = SCRIPTED_MODEL
+            return env | extra
+        if argv == part_argv(HARNESS) and env.get("CORRAL_CUSTODIAN_URL"):
+            return env | {CREDENTIAL_ENV: str(self.custodian_credential())}
+        return env
 
     def start(self, name: str, argv: list[str], env: dict[str, str], port: int) -> Part:
+        env = self._pod_env(argv, env)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"{name}.log"
         with log.open("ab") as out:
@@ -86,7 +123,7 @@ class Parts:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,  # corral run starts no threads that fork
             )
-        part = Part(name, f"http://127.0.0.1:{port}", process, log)
+        part = Part(name, f"http://127.0.0.1:{port}", process, log, argv)
         self.running.append(part)
         return part
 

@@ -203,6 +203,14 @@ class LocalRun:
             env["CORRAL_SESSION_BRANCH"] = spec.workspace.branch
         if spec.read_only:
             env["CORRAL_READ_ONLY"] = "1"
+        # The custodian allows the Agent's model and this Session's override, nothing else.
+        override = route.model_override or (spec.overrides.model if spec.overrides else None)
+        if override:
+            env["CORRAL_MODEL_OVERRIDE"] = override
+        # The push remote is pinned here, never read from the agent-writable checkout; a local
+        # path is not a remote the custodian will push to (it refuses file:// and paths).
+        if "://" in spec.workspace.repo:
+            env["CORRAL_GIT_REMOTE_URL"] = spec.workspace.repo
         custodian = self.parts.start("custodian", proc.part_argv(proc.CUSTODIAN), env, port)
         await self.parts.wait_ready(custodian)
         return custodian.url

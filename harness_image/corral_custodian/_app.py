@@ -1,23 +1,46 @@
-"""The custodian's HTTP surface (FastAPI): model proxy, Menu, tools, usage, health."""
+"""The custodian's two HTTP surfaces (FastAPI), over one shared core.
+
+Harness-facing (`CORRAL_CUSTODIAN_ADDR`), every path but /readyz behind the pod-local
+credential:
+
+    GET  /readyz                                   health, open
+    POST /v1/messages                              the model proxy
+    GET  /agents/{conversation}/surface            this turn's Menu
+    POST /agents/{conversation}/tools/{name}       invoke a Menu tool
+    GET  /approvals/{name}                         one of this session's Approvals' decision
+
+Operator-facing (`CORRAL_CUSTODIAN_OPERATOR_ADDR`), behind the Session's wire token:
+
+    GET  /v1/usage                                 corral_api.wire.CustodianUsage
+"""
 
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from typing import Any
+import logging
+import tempfile
+from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from ._git import GitPusher, origin_url
+from corral_api.wire import CustodianBudget, CustodianUsage, WireUsage
+
+from ._auth import RequireCredential
+from ._git import GitPusher
 from ._kube import KubeClient, KubeError
-from ._proxy import ModelProxy
+from ._live import LiveError, LiveState
+from ._proxy import BodyTooLarge, ModelProxy, read_capped
 from ._tools import ControlTools, ToolFailure
 from ._usage_store import UsageStore
 from .budget import budget_refusal
 from .menu import menu
-from .settings import CustodianSettings, SettingsError
+from .settings import CustodianSettings
+
+log = logging.getLogger("corral_custodian")
+
+# Sent by the harness's approval port alone: its policy's `ask` outcome, not a model's call.
+APPROVAL_GATE_HEADER = "x-corral-approval-gate"
 
 
 def _problem(status: int, error: str, reason: str) -> JSONResponse:
@@ -30,61 +53,90 @@ def _tool_problem(status: int, error: str, reason: str) -> JSONResponse:
     return JSONResponse(body, status_code=status)
 
 
-def create_app(settings: CustodianSettings) -> FastAPI:
-    usage = UsageStore(settings.state_dir)
-    proxy = ModelProxy(settings.upstream_url, settings.model_key, settings.budget, usage)
-    kube = KubeClient(settings.kube) if settings.kube is not None else None
-    state: dict[str, ControlTools] = {}
+class Custodian:
+    """What both listeners share: the spending record, the live session view, the tools."""
 
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+    def __init__(self, settings: CustodianSettings) -> None:
+        self.settings = settings
+        self.usage = UsageStore(settings.state_dir)
+        self.kube = KubeClient(settings.kube) if settings.kube is not None else None
+        self.live = LiveState(settings, self.kube)
+        self.proxy = ModelProxy(settings, self.live, self.usage)
         pusher: GitPusher | None = None
         if settings.workspace is not None:
-            # Pinned now, before the agent has run: the workspace's config is the agent's later.
-            remote = settings.git_remote_url or await origin_url(settings.workspace)
-            if remote is not None:
-                mirror_root = settings.state_dir or settings.workspace.parent
-                pusher = GitPusher(
-                    settings.workspace,
-                    mirror_root / "custodian-push.git",
-                    remote,
-                    settings.git_credentials_file,
-                )
-        state["tools"] = ControlTools(settings, kube, pusher)
-        yield
-        await proxy.aclose()
-        if kube is not None:
-            await kube.aclose()
+            # The mirror lives where only the custodian writes, never beside the workspace.
+            root = settings.state_dir or Path(tempfile.mkdtemp(prefix="corral-custodian-"))
+            pusher = GitPusher(
+                settings.workspace,
+                root / "custodian-push.git",
+                settings.git_remote_url,
+                settings.git_credentials_file,
+            )
+            refused = pusher.remote_refusal()
+            if refused is not None:
+                log.warning("push and land will be refused: %s", refused)
+        self.tools = ControlTools(self.live, self.kube, pusher, self.usage)
 
-    app = FastAPI(title="corral-custodian", lifespan=lifespan, docs_url=None, redoc_url=None)
+    async def aclose(self) -> None:
+        await self.proxy.aclose()
+        if self.kube is not None:
+            await self.kube.aclose()
+
+    async def usage_report(self) -> CustodianUsage:
+        budget = self.settings.budget
+        try:
+            budget = (await self.live.load()).facts.budget
+        except LiveError as e:
+            log.warning("usage report with the Session's cap only: %s", e)
+        totals = self.usage.totals
+        reserved = self.usage.reserved_usage()
+        held = self.usage.reserved
+        carved = self.usage.carved
+        refusal = budget_refusal(totals, budget, carved)
+        return CustodianUsage(
+            usage=WireUsage(
+                input=totals.input,
+                output=totals.output,
+                cacheRead=totals.cache_read,
+                cacheWrite=totals.cache_write,
+                cost=totals.cost,
+            ),
+            reserved=WireUsage(input=reserved.input, output=reserved.output, cost=held.cost),
+            # A budget given away has no input/output split: its tokens are reported as input.
+            carved=WireUsage(input=carved.tokens, cost=carved.cost),
+            budget=CustodianBudget(tokens=budget.tokens, costUSD=budget.cost),
+            exceeded=refusal is not None,
+            reason=refusal,
+        )
+
+
+def create_app(core: Custodian) -> FastAPI:
+    """The harness-facing app."""
+    settings = core.settings
+    app = FastAPI(title="corral-custodian", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.get("/readyz")
     async def readyz() -> dict[str, bool]:
         return {"ok": True}
 
-    @app.get("/usage")
-    async def get_usage() -> dict[str, Any]:
-        return {
-            "usage": usage.totals.wire(),
-            "budget": settings.budget.wire(),
-            "spent": budget_refusal(usage.totals, settings.budget),
-        }
-
     @app.post("/v1/messages")
     async def messages(request: Request) -> Response:
-        return await proxy.messages(request)
+        return await core.proxy.messages(request)
 
     @app.get("/agents/{conversation}/surface")
     async def surface(conversation: str) -> Response:
         try:
-            loaded = await state["tools"].load()
-        except (ToolFailure, KubeError, SettingsError) as e:
+            loaded = await core.tools.load()
+        except (ToolFailure, KubeError) as e:
             return _problem(503, "surface_unavailable", str(e))
         return JSONResponse({"tools": [t.wire() for t in menu(loaded.facts)]})
 
     @app.post("/agents/{conversation}/tools/{name}")
     async def invoke(conversation: str, name: str, request: Request) -> Response:
-        raw = await request.body()
+        try:
+            raw = await read_capped(request, settings.max_body_bytes)
+        except BodyTooLarge:
+            return _tool_problem(413, "too_large", "the tool input is too large")
         try:
             tool_input = json.loads(raw) if raw.strip() else {}
         except ValueError:
@@ -92,22 +144,55 @@ def create_app(settings: CustodianSettings) -> FastAPI:
         if not isinstance(tool_input, dict):
             return _tool_problem(400, "bad_input", "the tool input must be a JSON object")
         submission = request.headers.get("x-corral-submission", "")
+        gate = request.headers.get(APPROVAL_GATE_HEADER, "") == "1"
         try:
-            result = await state["tools"].invoke(name, tool_input, submission)
+            result = await core.tools.invoke(name, tool_input, submission, gate=gate)
         except KeyError:
             return _tool_problem(404, "unknown_tool", f"there is no control tool named {name!r}")
-        except SettingsError as e:
-            return _tool_problem(503, "agent_spec_unreadable", str(e))
         return JSONResponse(result.wire())
 
     @app.get("/approvals/{name}")
     async def approval(name: str) -> Response:
         try:
-            found = await state["tools"].approval_decision(name)
+            found = await core.tools.approval_decision(name)
         except (ToolFailure, KubeError) as e:
             return _problem(503, "cluster_unavailable", str(e))
         if found is None:
             return _problem(404, "unknown_approval", f"no approval {name!r} for this session")
         return JSONResponse(found)
 
+    if settings.credential is None:
+        log.warning(
+            "CORRAL_CUSTODIAN_INSECURE=1 and no CORRAL_CUSTODIAN_CREDENTIAL_FILE: every caller "
+            "is served"
+        )
+        return app
+    app.add_middleware(
+        RequireCredential,
+        secret=settings.credential,
+        what="the pod-local credential",
+        accept_api_key=True,
+        open_paths=frozenset({"/readyz"}),
+    )
+    return app
+
+
+def create_operator_app(core: Custodian) -> FastAPI:
+    """The operator-facing app: the custodian's usage record, for the wire token only."""
+    assert core.settings.wire_token is not None
+    app = FastAPI(
+        title="corral-custodian-operator", docs_url=None, redoc_url=None, openapi_url=None
+    )
+
+    @app.get("/v1/usage")
+    async def usage() -> Response:
+        report = await core.usage_report()
+        return JSONResponse(report.model_dump(mode="json"))
+
+    app.add_middleware(
+        RequireCredential,
+        secret=core.settings.wire_token,
+        what="the session's wire token",
+        accept_api_key=False,
+    )
     return app

@@ -1,11 +1,25 @@
 """`git push` on the agent's behalf, without trusting the agent's repository.
 
-The workspace is writable by the agent, so its `.git/config` and hooks are the agent's: a
-`core.hooksPath`, `core.fsmonitor`, `url.*.insteadOf` or credential helper there would run or
-redirect inside the container that holds the credentials. So the custodian never pushes from
-the workspace. It fetches the workspace's objects into a bare repository of its own (fetching
-reads objects; it runs none of the workspace's hooks) and pushes from there, to the remote URL
-pinned at start, with its own credential store and without force.
+The workspace is writable by the agent, so its `.git/config`, hooks and attributes are the
+agent's: a `core.hooksPath`, `core.fsmonitor`, filter driver, `url.*.insteadOf`, credential
+helper or `remote.origin.url` there would run code, or redirect the credentials, inside the
+container that holds them. So:
+
+- the remote is only ever `CORRAL_GIT_REMOTE_URL` (the operator sets it from the Session's
+  `spec.workspace.repo`), checked on every push to be a network remote (`rules.remote_refusal`),
+  never read from the workspace, also after a restart;
+- the custodian keeps a bare mirror of its own (under its state directory, created without
+  templates) and every git command runs against it (`--git-dir`, cwd in the mirror), never
+  with the workspace as the repository whose config is read;
+- the one exception is the local fetch of the agent's commits into the mirror, which makes git
+  run `upload-pack` in the workspace: it reads objects only, and the command line turns off what
+  could run (`core.hooksPath=/dev/null`, `core.fsmonitor=false`; upload-pack never checks out,
+  so no filter or smudge driver runs) and trusts the workspace's owner (another uid) only for
+  this command (`safe.directory`);
+- every other command has `protocol.file.allow=never` (and ext never), so nothing can make git
+  reach a local repository; system and global config are off (`GIT_CONFIG_NOSYSTEM=1`,
+  `GIT_CONFIG_GLOBAL=/dev/null`), credentials come only from the custodian's own store, and
+  there is no force, no tags, no delete.
 """
 
 from __future__ import annotations
@@ -14,6 +28,10 @@ import asyncio
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from .rules import remote_refusal
+
+GIT_TIMEOUT = 120.0
 
 
 @dataclass(frozen=True)
@@ -28,13 +46,16 @@ class GitPusher:
         self,
         workspace: Path,
         mirror: Path,
-        remote_url: str,
+        remote_url: str | None,
         credentials_file: Path | None,
     ) -> None:
-        self.workspace = workspace
+        self.workspace = workspace.resolve()
         self.mirror = mirror
         self.remote_url = remote_url
         self.credentials_file = credentials_file
+
+    def remote_refusal(self) -> str | None:
+        return remote_refusal(self.remote_url)
 
     def _env(self) -> dict[str, str]:
         return {
@@ -42,47 +63,75 @@ class GitPusher:
             "HOME": str(self.mirror),
             "GIT_CONFIG_NOSYSTEM": "1",
             "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_ATTR_NOSYSTEM": "1",
             "GIT_TERMINAL_PROMPT": "0",
+            "GIT_NO_REPLACE_OBJECTS": "1",
             "LC_ALL": "C",
         }
 
-    def _config(self) -> list[str]:
-        args = ["-c", "core.hooksPath=" + os.devnull, "-c", f"safe.directory={self.workspace}"]
-        args += ["-c", "credential.helper="]
-        if self.credentials_file is not None:
+    def _config(self, *, local_fetch: bool) -> list[str]:
+        args = [
+            "-c", "core.hooksPath=" + os.devnull,
+            "-c", "core.fsmonitor=false",
+            "-c", "protocol.ext.allow=never",
+            "-c", "protocol.file.allow=" + ("always" if local_fetch else "never"),
+            "-c", "credential.helper=",
+        ]  # fmt: skip
+        if local_fetch:
+            # The workspace belongs to the tools uid; trust it for this one read, nothing else.
+            args += ["-c", f"safe.directory={self.workspace}"]
+        elif self.credentials_file is not None:
             args += ["-c", f"credential.helper=store --file={self.credentials_file}"]
         return args
 
-    async def _git(self, *args: str) -> tuple[int, str]:
+    async def _git(self, *args: str, local_fetch: bool = False) -> tuple[int, str]:
         process = await asyncio.create_subprocess_exec(
             "git",
-            *self._config(),
+            *self._config(local_fetch=local_fetch),
             *args,
+            cwd=str(self.mirror),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             stdin=asyncio.subprocess.DEVNULL,
             env=self._env(),
         )
-        out, _ = await asyncio.wait_for(process.communicate(), timeout=120)
+        try:
+            out, _ = await asyncio.wait_for(process.communicate(), timeout=GIT_TIMEOUT)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+            return 124, f"git {args[1] if len(args) > 1 else ''} timed out"
         return process.returncode or 0, out.decode("utf-8", "replace").strip()
+
+    def _in_mirror(self, *args: str) -> tuple[str, ...]:
+        return ("--git-dir", str(self.mirror), *args)
 
     async def _fetch_workspace(self) -> GitResult:
         if not (self.mirror / "HEAD").exists():
             self.mirror.mkdir(parents=True, exist_ok=True)
-            code, out = await self._git("init", "--bare", "-q", str(self.mirror))
+            # No templates: the mirror has no hooks, not even samples.
+            code, out = await self._git("init", "--bare", "-q", "--template=", str(self.mirror))
             if code:
                 return GitResult(False, f"cannot prepare the push mirror: {out}")
         code, out = await self._git(
-            "-C", str(self.mirror), "fetch", "-q", "--no-tags", "--no-recurse-submodules",
-            str(self.workspace), "+HEAD:refs/corral/head", "+refs/heads/*:refs/corral/heads/*",
+            *self._in_mirror(
+                "fetch", "-q", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head",
+                str(self.workspace), "+HEAD:refs/corral/head", "+refs/heads/*:refs/corral/heads/*",
+            ),
+            local_fetch=True,
         )  # fmt: skip
         if code:
             return GitResult(False, f"cannot read the workspace's commits: {out}")
-        code, head = await self._git("-C", str(self.mirror), "rev-parse", "refs/corral/head")
+        code, head = await self._git(
+            *self._in_mirror("rev-parse", "--verify", "-q", "refs/corral/head^{commit}")
+        )
         return GitResult(code == 0, head, revision=head if code == 0 else "")
 
     async def push_head(self, branch: str) -> GitResult:
         """Push the workspace's HEAD to `branch` on the pinned remote, fast-forward only."""
+        refused = self.remote_refusal()
+        if refused is not None:
+            return GitResult(False, refused)
         fetched = await self._fetch_workspace()
         if not fetched.ok:
             return fetched
@@ -90,33 +139,23 @@ class GitPusher:
 
     async def push_revision(self, revision: str, branch: str) -> GitResult:
         """Push one commit of the workspace (by full SHA) to `branch`, fast-forward only."""
+        refused = self.remote_refusal()
+        if refused is not None:
+            return GitResult(False, refused)
         fetched = await self._fetch_workspace()
         if not fetched.ok:
             return fetched
-        code, _ = await self._git(
-            "-C", str(self.mirror), "cat-file", "-e", f"{revision}^{{commit}}"
-        )
+        code, _ = await self._git(*self._in_mirror("cat-file", "-e", f"{revision}^{{commit}}"))
         if code:
             return GitResult(False, f"revision {revision} is not a commit in the workspace")
         return await self._push(revision, branch)
 
     async def _push(self, revision: str, branch: str) -> GitResult:
+        assert self.remote_url is not None
         code, out = await self._git(
-            "-C", str(self.mirror), "push", "--porcelain", "--no-verify", self.remote_url,
-            f"{revision}:refs/heads/{branch}",
+            *self._in_mirror(
+                "push", "--porcelain", "--no-verify", "--no-recurse-submodules",
+                self.remote_url, f"{revision}:refs/heads/{branch}",
+            )
         )  # fmt: skip
         return GitResult(code == 0, out, revision=revision)
-
-
-async def origin_url(workspace: Path) -> str | None:
-    """The workspace's origin URL, read once at start, before the agent has run anything."""
-    process = await asyncio.create_subprocess_exec(
-        "git", "-c", f"safe.directory={workspace}", "-C", str(workspace),
-        "config", "--get", "remote.origin.url",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL,
-        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "GIT_CONFIG_NOSYSTEM": "1",
-             "GIT_CONFIG_GLOBAL": os.devnull},
-    )  # fmt: skip
-    out, _ = await process.communicate()
-    url = out.decode().strip()
-    return url or None

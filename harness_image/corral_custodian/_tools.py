@@ -11,14 +11,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from corral_api.kinds import MAX_DEPTH_CAP
+from corral_api.labels import evidence_selector
 
 from . import rules
 from ._git import GitPusher
 from ._kube import KubeClient, KubeError, corral_path
-from .facts import SessionFacts
+from ._live import LiveError, LiveState, Loaded
+from ._usage_store import UsageStore
+from .budget import Held, remaining
 from .menu import ALL_TOOLS, why_not_offered
-from .settings import CustodianSettings
 
 
 @dataclass(frozen=True)
@@ -35,13 +36,6 @@ class ToolFailure(Exception):
     """The tool cannot run at all; the message becomes an error result."""
 
 
-@dataclass(frozen=True)
-class Loaded:
-    facts: SessionFacts
-    session: dict[str, Any]  # the Session object; empty without a cluster
-    turn_key: str  # identifies the current turn, from the Session status the operator writes
-
-
 def _error(message: str) -> ToolResult:
     return ToolResult(message, is_error=True)
 
@@ -52,78 +46,39 @@ def _json(value: Any) -> str:
 
 class ControlTools:
     def __init__(
-        self, settings: CustodianSettings, kube: KubeClient | None, pusher: GitPusher | None
+        self,
+        live: LiveState,
+        kube: KubeClient | None,
+        pusher: GitPusher | None,
+        usage: UsageStore,
     ) -> None:
-        self._settings = settings
+        self._live = live
         self._kube = kube
         self._pusher = pusher
+        self._usage = usage
         # Spawns are counted against the cluster; one at a time so two calls cannot both pass.
         self._spawn_lock = asyncio.Lock()
 
     @property
     def namespace(self) -> str:
-        return self._settings.session_namespace
+        return self._live.namespace
 
     async def load(self) -> Loaded:
-        s = self._settings
-        agent = s.load_agent()
-        base = SessionFacts(
-            name=s.session_name,
-            namespace=s.session_namespace,
-            uid=s.session_uid,
-            agent=agent,
-            read_only=s.read_only,
-            branch=s.session_branch,
-            cluster=self._kube is not None,
-            land_check=s.land_check,
-        )
-        if self._kube is None:
-            return Loaded(base, {}, "local")
-        session = await self._kube.get(corral_path(self.namespace, "sessions", s.session_name))
-        if session is None:
-            raise ToolFailure(f"session {s.session_name} no longer exists in the cluster")
-        if session["metadata"].get("uid") != s.session_uid:
-            raise ToolFailure(f"session {s.session_name} in the cluster is not this session (uid)")
-        spec = session.get("spec") or {}
-        status = session.get("status") or {}
-        turns = int(status.get("turns") or 0)
-        ledger = status.get("ledger") or {}
-        facts = SessionFacts(
-            name=base.name,
-            namespace=base.namespace,
-            uid=base.uid,
-            agent=agent,
-            agent_ref=spec.get("agentRef"),
-            depth=await self._depth(spec),
-            turns_used=turns,
-            read_only=bool(spec.get("readOnly")) or s.read_only,
-            branch=base.branch,
-            cluster=True,
-            land_check=base.land_check,
-        )
-        return Loaded(facts, session, str(ledger.get("submissionId") or f"turn-{turns}"))
+        try:
+            return await self._live.load(fresh=True, depth=True)
+        except LiveError as e:
+            raise ToolFailure(str(e)) from e
 
-    async def _depth(self, spec: dict[str, Any]) -> int:
-        """Depth by walking parentRef up the tree; the custodian never trusts a depth label."""
-        assert self._kube is not None
-        depth = 0
-        ref = spec.get("parentRef")
-        while ref and depth <= MAX_DEPTH_CAP:
-            depth += 1
-            if not rules.is_object_name(ref.get("name")):
-                break
-            parent = await self._kube.get(corral_path(self.namespace, "sessions", ref["name"]))
-            if parent is None or parent["metadata"].get("uid") != ref.get("uid"):
-                break
-            ref = (parent.get("spec") or {}).get("parentRef")
-        return depth
-
-    async def invoke(self, name: str, tool_input: dict[str, Any], submission: str) -> ToolResult:
+    async def invoke(
+        self, name: str, tool_input: dict[str, Any], submission: str, *, gate: bool = False
+    ) -> ToolResult:
+        """Run one Menu tool. `gate`: the harness's own approval gate asks (request_approval
+        for a call its policy answered `ask`), which the Agent's allowlist does not govern."""
         if name not in ALL_TOOLS:
             raise KeyError(name)
         try:
             loaded = await self.load()
-            reason = why_not_offered(loaded.facts, name)
+            reason = why_not_offered(loaded.facts, name, gate=gate)
             if reason is not None:
                 return _error(reason)
             handler = getattr(self, f"_{name}")
@@ -156,7 +111,10 @@ class ControlTools:
                 if (c["metadata"].get("annotations") or {}).get("corral.dev/parent-turn")
                 == loaded.turn_key
             )
-            plan = rules.decide_spawn(loaded.facts, tool_input, this_turn)
+            left = remaining(
+                loaded.facts.budget, self._usage.totals, self._usage.reserved, self._usage.carved
+            )
+            plan = rules.decide_spawn(loaded.facts, tool_input, this_turn, left)
             if isinstance(plan, rules.Refusal):
                 return _error(plan.reason)
             manifest = rules.child_session_manifest(
@@ -164,13 +122,23 @@ class ControlTools:
             )
             if submission:
                 manifest["metadata"]["annotations"]["corral.dev/parent-submission"] = submission
-            created = await self._kube.create(corral_path(self.namespace, "sessions"), manifest)
+            # Carved before the create, so a model request in between cannot spend it too.
+            carved = plan.budget.carved
+            self._usage.carve(carved, str(manifest["metadata"]["generateName"]))
+            try:
+                created = await self._kube.create(corral_path(self.namespace, "sessions"), manifest)
+            except BaseException:
+                self._usage.carve(Held() - carved, "(child not created)")
+                raise
         answer: dict[str, Any] = {
             "child": created["metadata"]["name"],
+            "agent": plan.agent_ref,
             "depth": plan.depth,
             "maxTurns": plan.max_turns,
             "readOnly": plan.read_only,
         }
+        if plan.budget.wire():
+            answer["budget"] = plan.budget.wire()
         if plan.ignored:
             answer["ignored"] = list(plan.ignored)
         return ToolResult(_json(answer))
@@ -241,7 +209,10 @@ class ControlTools:
         """An Approval's decision, only when it belongs to this session (else None)."""
         if self._kube is None or not rules.is_object_name(name):
             return None
-        loaded = await self.load()
+        try:
+            loaded = await self._live.load()  # polled every second: the cache is enough here
+        except LiveError as e:
+            raise ToolFailure(str(e)) from e
         approval = await self._kube.get(corral_path(self.namespace, "approvals", name))
         if approval is None:
             return None
@@ -257,7 +228,7 @@ class ControlTools:
         if isinstance(plan, rules.Refusal):
             return _error(plan.reason)
         if self._pusher is None:
-            return _error("push is not configured: CORRAL_WORKSPACE or the remote URL is missing")
+            return _error("push is not configured: CORRAL_WORKSPACE is not set")
         result = await self._pusher.push_head(plan.branch)
         if not result.ok:
             return _error(f"git push to {plan.branch} failed: {result.output}")
@@ -267,20 +238,28 @@ class ControlTools:
         assert self._kube is not None
         approvals = await self._kube.list(corral_path(self.namespace, "approvals"))
         evidences: list[dict[str, Any]] = []
-        if loaded.facts.land_check:
-            evidences = await self._kube.list(corral_path(self.namespace, "evidences"))
+        check = loaded.facts.land_check
+        args = rules.land_arguments(tool_input)
+        if check is not None and loaded.facts.repo and not isinstance(args, rules.Refusal):
+            evidences = await self._kube.list(
+                corral_path(self.namespace, "evidences"),
+                label_selector=evidence_selector(check.name, args["revision"], loaded.facts.repo),
+            )
         decision = rules.decide_land(loaded.facts, tool_input, approvals, evidences)
         if isinstance(decision, rules.Refusal):
             return _error(decision.reason)
         if isinstance(decision, rules.AskApproval):
             name = await self._create_approval(loaded, decision)
+            note = "a human must approve; call land again with the same input"
+            if check is not None:
+                note += f" (the check {check.name!r} must also Pass at this revision)"
             return ToolResult(
                 _json({"approval": name, "digest": decision.digest, "decision": "Pending",
-                       "note": "a human must approve; call land again with the same input"}),
+                       "note": note}),
                 ends_turn=True,
             )  # fmt: skip
         if self._pusher is None:
-            return _error("land is not configured: CORRAL_WORKSPACE or the remote URL is missing")
+            return _error("land is not configured: CORRAL_WORKSPACE is not set")
         result = await self._pusher.push_revision(decision.revision, decision.target)
         if not result.ok:
             return _error(f"landing on {decision.target} failed: {result.output}")

@@ -1,13 +1,17 @@
 """Usage accounting and the session budget, as pure values and functions.
 
 The proxy reads usage out of each answer (`message_start` and `message_delta` in a stream, the
-`usage` object otherwise); `UsageTotals.add` sums it with its cost; `budget_refusal` says
-whether the next model request may go out.
+`usage` object otherwise); `UsageTotals.add` sums it with its cost. Before a request goes out it
+reserves what the request could cost at most (`reservation_for`), and `reservation_refusal`
+says whether the budget can cover that on top of what is spent, held by requests in flight and
+given to children. `tokens` counts input + output + cache writes; the cost prices every token,
+cache reads included.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -38,7 +42,8 @@ class CallUsage:
 
     @property
     def tokens(self) -> int:
-        return self.input + self.output + self.cache_read + self.cache_write
+        """What a token budget counts: cache reads are cheap and priced, not counted."""
+        return self.input + self.output + self.cache_write
 
     def cost(self) -> float:
         return call_cost(
@@ -62,7 +67,7 @@ class UsageTotals:
 
     @property
     def tokens(self) -> int:
-        return self.input + self.output + self.cache_read + self.cache_write
+        return self.input + self.output + self.cache_write
 
     def add(self, call: CallUsage) -> None:
         self.input += call.input
@@ -96,33 +101,123 @@ class UsageTotals:
 
 @dataclass(frozen=True)
 class Budget:
-    tokens: int = 0  # 0: no token budget
-    cost: float = 0.0  # 0: no cost budget
+    tokens: int | None = None  # None: no token cap
+    cost: float | None = None  # None: no cost cap
 
     def wire(self) -> dict[str, Any]:
         return {"tokens": self.tokens, "cost": self.cost}
 
 
-def budget_refusal(totals: UsageTotals, budget: Budget) -> str | None:
-    """The reason the next model request may not go out, or None while budget remains."""
-    if budget.tokens > 0 and totals.tokens >= budget.tokens:
+def lowest(*budgets: Budget) -> Budget:
+    """The tightest cap on each axis; an axis none of them caps stays uncapped."""
+    tokens = [b.tokens for b in budgets if b.tokens is not None]
+    costs = [b.cost for b in budgets if b.cost is not None]
+    return Budget(tokens=min(tokens, default=None), cost=min(costs, default=None))
+
+
+@dataclass(frozen=True)
+class Held:
+    """Tokens and cost set aside: by requests in flight, or given to children."""
+
+    tokens: int = 0
+    cost: float = 0.0
+
+    def __add__(self, other: Held) -> Held:
+        return Held(self.tokens + other.tokens, round(self.cost + other.cost, 10))
+
+    def __sub__(self, other: Held) -> Held:
+        return Held(self.tokens - other.tokens, round(self.cost - other.cost, 10))
+
+
+def held_by(call: CallUsage) -> Held:
+    return Held(call.tokens, call.cost())
+
+
+@dataclass(frozen=True)
+class Remaining:
+    """What is left to spend or give away; None on an axis the budget does not cap."""
+
+    tokens: int | None
+    cost: float | None
+
+
+def remaining(budget: Budget, totals: UsageTotals, reserved: Held, carved: Held) -> Remaining:
+    tokens = cost = None
+    if budget.tokens is not None:
+        tokens = max(0, budget.tokens - totals.tokens - reserved.tokens - carved.tokens)
+    if budget.cost is not None:
+        cost = max(0.0, round(budget.cost - totals.cost - reserved.cost - carved.cost, 10))
+    return Remaining(tokens=tokens, cost=cost)
+
+
+def budget_refusal(totals: UsageTotals, budget: Budget, carved: Held | None = None) -> str | None:
+    """The reason no model request may go out any more, or None while budget remains."""
+    given = carved or Held()
+    if budget.tokens is not None and totals.tokens + given.tokens >= budget.tokens:
         return (
             f"the session's token budget is spent: {totals.tokens} of {budget.tokens} tokens used"
+            + (f", {given.tokens} given to children" if given.tokens else "")
         )
-    if budget.cost > 0 and totals.cost >= budget.cost:
-        return f"the session's cost budget is spent: ${totals.cost:.4f} of ${budget.cost:.4f} used"
+    if budget.cost is not None and totals.cost + given.cost >= budget.cost:
+        return (
+            f"the session's cost budget is spent: ${totals.cost:.4f} of ${budget.cost:.4f} used"
+            + (f", ${given.cost:.4f} given to children" if given.cost else "")
+        )
     return None
+
+
+def reservation_refusal(
+    budget: Budget, totals: UsageTotals, reserved: Held, carved: Held, ask: Held
+) -> str | None:
+    """Why a request that may cost up to `ask` cannot go out now, or None when it fits."""
+    spent = budget_refusal(totals, budget, carved)
+    if spent is not None:
+        return spent
+    if budget.tokens is not None and (
+        totals.tokens + reserved.tokens + carved.tokens + ask.tokens > budget.tokens
+    ):
+        return (
+            f"the session's token budget cannot cover this request: {totals.tokens} of "
+            f"{budget.tokens} tokens used, {reserved.tokens} held by requests in flight, "
+            f"{carved.tokens} given to children, and this request may take up to {ask.tokens}"
+            " (input estimate plus max_tokens); lower max_tokens or shorten the request"
+        )
+    if budget.cost is not None and (
+        totals.cost + reserved.cost + carved.cost + ask.cost > budget.cost
+    ):
+        return (
+            f"the session's cost budget cannot cover this request: ${totals.cost:.4f} of "
+            f"${budget.cost:.4f} used, ${reserved.cost:.4f} held by requests in flight, "
+            f"${carved.cost:.4f} given to children, and this request may cost up to "
+            f"${ask.cost:.4f}; lower max_tokens or shorten the request"
+        )
+    return None
+
+
+def input_estimate(body_bytes: int) -> int:
+    """The input tokens a request may bill, before the answer says: ceil(bytes / 4)."""
+    return math.ceil(body_bytes / 4)
+
+
+def reservation_for(model: str, body_bytes: int, max_tokens: int) -> CallUsage:
+    """The most a request is expected to cost: its input estimate and all of max_tokens."""
+    return CallUsage(model=model, input=input_estimate(body_bytes), output=max_tokens)
 
 
 class StreamUsageReader:
     """Follows a Messages SSE stream as it passes through and keeps the answer's usage.
 
-    Fed raw chunks in arrival order; lines may be split across chunks.
+    Fed raw chunks in arrival order; lines may be split across chunks. It also counts the
+    bytes of generated content that passed, so a stream cut before its final usage report
+    (an abort, a disconnect, an upstream error) is still charged for what it generated.
     """
 
     def __init__(self, model: str) -> None:
         self.usage = CallUsage(model=model)
         self.saw_usage = False
+        self.saw_start = False
+        self.completed = False  # message_stop arrived: the final usage has been reported
+        self.content_bytes = 0
         self._buffer = b""
 
     def feed(self, chunk: bytes) -> None:
@@ -149,9 +244,29 @@ class StreamUsageReader:
             message = event.get("message") or {}
             if isinstance(message.get("model"), str) and message["model"]:
                 self.usage.model = message["model"]
+            self.saw_start = True
             self._absorb(message.get("usage"))
         elif event.get("type") == "message_delta":
             self._absorb(event.get("usage"))
+        elif event.get("type") == "message_stop":
+            self.completed = True
+        elif event.get("type") == "content_block_delta":
+            delta = event.get("delta")
+            if isinstance(delta, dict):
+                for key in ("text", "partial_json", "thinking"):
+                    value = delta.get(key)
+                    if isinstance(value, str):
+                        self.content_bytes += len(value.encode("utf-8"))
+
+    def settled(self) -> CallUsage | None:
+        """The usage to charge once the stream has ended, however it ended; None: nothing."""
+        if not self.saw_start and not self.saw_usage:
+            return None
+        call = CallUsage(**asdict(self.usage))
+        if not self.completed:
+            # Cut before the final count: charge at least what visibly came through.
+            call.output = max(call.output, math.ceil(self.content_bytes / 4))
+        return call
 
     def _absorb(self, usage: Any) -> None:
         if isinstance(usage, dict):

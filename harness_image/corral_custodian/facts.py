@@ -1,14 +1,23 @@
-"""What the custodian knows about its own session when a control tool is called.
+"""What the custodian knows about its own session when a rule is asked.
 
-Built afresh for every Menu read and every tool call (from the environment, and from the
-cluster when one is configured), so a changed Agent or a settled turn shows on the next call.
+Built afresh for every model request, Menu read and tool call (from the environment, and from
+the cluster when one is configured, through a cache of at most about a second), so an edited
+Agent or a settled turn shows on the next call.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from corral_api.kinds import MAX_CHILDREN_PER_TURN_CAP, MAX_DEPTH_CAP, AgentSpec
+from corral_api.kinds import (
+    MAX_CHILDREN_PER_TURN_CAP,
+    MAX_DEPTH_CAP,
+    MAX_OUTPUT_TOKENS_CAP,
+    AgentSpec,
+    LandingCheck,
+)
+
+from .budget import Budget, lowest
 
 
 @dataclass(frozen=True)
@@ -23,7 +32,12 @@ class SessionFacts:
     read_only: bool = False
     branch: str | None = None  # the one branch push may target
     cluster: bool = False  # a Kubernetes API server is configured
-    land_check: str | None = None  # Evidence check name that must Pass before land
+    # The effective landing check: the Session's spec.landing.check, else the Agent's.
+    land_check: LandingCheck | None = None
+    repo: str | None = None  # the Session's spec.workspace.repo (Evidence is labelled by it)
+    model_override: str | None = None  # the Session's spec.overrides.model
+    # The Session's own cap (the operator's env and the live spec, the lowest of them).
+    session_budget: Budget = field(default_factory=Budget)
 
     @property
     def max_depth(self) -> int:
@@ -38,3 +52,26 @@ class SessionFacts:
     def remaining_turns(self) -> int:
         """Turns this session still has, counting the one in progress."""
         return max(0, self.agent.limits.max_turns - self.turns_used)
+
+    @property
+    def allowed_models(self) -> tuple[str, ...]:
+        """The Agent's model and the Session's override; nothing else goes upstream."""
+        models = [self.agent.model]
+        if self.model_override and self.model_override not in models:
+            models.append(self.model_override)
+        return tuple(models)
+
+    @property
+    def max_output_tokens(self) -> int:
+        return min(self.agent.limits.max_output_tokens, MAX_OUTPUT_TOKENS_CAP)
+
+    @property
+    def budget(self) -> Budget:
+        """The cap before children: the lowest of the Session's and the Agent's."""
+        agent_budget = self.agent.limits.budget
+        from_agent = (
+            Budget(tokens=agent_budget.tokens, cost=agent_budget.cost_usd)
+            if agent_budget
+            else Budget()
+        )
+        return lowest(self.session_budget, from_agent)

@@ -1,31 +1,92 @@
 """`corral-custodian`: the sandbox pod's credential holder. Configured by environment:
 
-CORRAL_CUSTODIAN_ADDR        host:port to listen on (default 127.0.0.1:8081)
+CORRAL_CUSTODIAN_ADDR        host:port of the harness-facing listener (default 127.0.0.1:8081)
+CORRAL_CUSTODIAN_CREDENTIAL_FILE   the pod-local credential every caller but /readyz presents
+                             (Authorization: Bearer, or x-api-key on /v1/messages)
+CORRAL_CUSTODIAN_INSECURE    1: start without a credential file and serve anyone (local only)
+CORRAL_CUSTODIAN_OPERATOR_ADDR   host:port of the operator listener (GET /v1/usage); unset: none
+CORRAL_WIRE_TOKEN_FILE       the Session's wire token, the operator listener's only credential
 CORRAL_UPSTREAM_URL          the real model endpoint (default https://api.anthropic.com)
 ANTHROPIC_API_KEY or CORRAL_MODEL_KEY_FILE   the model key (the harness never has it)
 CORRAL_SESSION_NAME / _NAMESPACE / _UID      the session this pod serves
-CORRAL_BUDGET_TOKENS, CORRAL_BUDGET_COST     0 or unset: no budget
+CORRAL_AGENT_NAME            its Agent, read from the cluster (default: the Session's agentRef)
+CORRAL_BUDGET_TOKENS, CORRAL_BUDGET_COST     the Session's budget; 0 or unset: no cap
 CORRAL_STATE_DIR             usage records (kept across restarts) and the push mirror
-CORRAL_AGENT_SPEC_FILE or CORRAL_AGENT_SPEC_JSON   the Agent spec (caps, orchestrator)
+CORRAL_AGENT_SPEC_FILE or CORRAL_AGENT_SPEC_JSON   the Agent spec when there is no cluster
+CORRAL_MODEL_OVERRIDE        the Session's overrides.model when there is no cluster
 CORRAL_KUBE_API, CORRAL_KUBE_TOKEN_FILE, CORRAL_KUBE_CA_FILE   the cluster; unset: none
 CORRAL_GIT_CREDENTIALS_FILE  git credential-store file used for push and land
 CORRAL_SESSION_BRANCH        the only branch push may target
 CORRAL_WORKSPACE             the workspace whose HEAD push sends
-CORRAL_GIT_REMOTE_URL        where to push (default: the workspace's origin, read at start)
-CORRAL_LAND_CHECK            Evidence check that must Pass for a revision before land
+CORRAL_GIT_REMOTE_URL        where push and land send (the Session's workspace.repo); the only
+                             source of the remote, which must be a network URL
 CORRAL_READ_ONLY             1: no push, no land
+CORRAL_MAX_REQUEST_BYTES     largest request body accepted (default 8 MiB)
+CORRAL_MAX_MODEL_REQUESTS    model requests in flight at once (default 4)
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import os
+import signal
 import sys
+from collections.abc import Generator
+from contextlib import contextmanager
 
 import uvicorn
+from fastapi import FastAPI
 
-from ._app import create_app
-from .settings import SettingsError, from_env
+from ._app import Custodian, create_app, create_operator_app
+from .settings import CustodianSettings, SettingsError, from_env
+
+
+class _Server(uvicorn.Server):
+    """A uvicorn server that leaves signals to `serve`, which stops both listeners together."""
+
+    @contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+
+def _server(app: FastAPI, host: str, port: int) -> _Server:
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level=os.environ.get("CORRAL_LOG_LEVEL", "warning"),
+        access_log=False,
+        lifespan="off",
+        timeout_graceful_shutdown=5,
+    )
+    return _Server(config)
+
+
+async def serve(settings: CustodianSettings) -> None:
+    core = Custodian(settings)
+    servers = [_server(create_app(core), settings.host, settings.port)]
+    if settings.operator_host is not None and settings.operator_port is not None:
+        servers.append(
+            _server(create_operator_app(core), settings.operator_host, settings.operator_port)
+        )
+
+    def stop() -> None:
+        for server in servers:
+            server.should_exit = True
+
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+    tasks = [asyncio.ensure_future(s.serve()) for s in servers]
+    try:
+        # One listener ending (a bind failure, say) ends the other: both or neither.
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+        stop()
+        await asyncio.gather(*tasks)
+    finally:
+        await core.aclose()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,18 +96,16 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.parse_args(argv)
+    # Refusals are logged as warnings, naming the caller: they are what an operator looks for.
+    logging.basicConfig(
+        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         settings = from_env(os.environ)
     except SettingsError as e:
         print(f"corral-custodian: {e}", file=sys.stderr)
         return 2
-    uvicorn.run(
-        create_app(settings),
-        host=settings.host,
-        port=settings.port,
-        log_level=os.environ.get("CORRAL_LOG_LEVEL", "warning"),
-        access_log=False,
-    )
+    asyncio.run(serve(settings))
     return 0
 
 

@@ -2,13 +2,21 @@
 
 The harness reads the Menu at the start of every submission and shows each tool to the model
 as `mcp__corral__<name>`. Showing a tool is a courtesy; invoking one is checked again by the
-rules, because the agent's shell can call the custodian without asking the Menu first.
+rules, because a caller can call the custodian without asking the Menu first.
+
+The Agent's `tools.allow` / `tools.deny` and the fixed rule apply here exactly as in the harness
+(ADR 0005, `corral_common.toolmatch`): the tool `push` is matched as both `mcp__corral__push`
+and `push`, so `mcp__corral__push`, `mcp__corral__*`, `push` or `*` allow it, and a deny
+pattern matching either form refuses it. Default deny: an Agent whose allowlist names no Menu
+tool gets an empty Menu and every Menu call refused.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from corral_common import toolmatch
 
 from .facts import SessionFacts
 
@@ -52,6 +60,16 @@ SPAWN_CHILD = MenuTool(
             "maxTurns": {"type": "integer", "minimum": 1, "description": "At most yours left."},
             "readOnly": {"type": "boolean"},
             "criteria": {"type": "string", "description": "Text the child's answer must hold."},
+            "budget": {
+                "type": "object",
+                "description": "The part of this session's remaining budget the child gets "
+                "(default: half of what remains); it counts against this session from now on.",
+                "properties": {
+                    "tokens": {"type": "integer", "minimum": 1},
+                    "costUSD": {"type": "number", "exclusiveMinimum": 0},
+                },
+                "additionalProperties": False,
+            },
         },
         ("task",),
     ),
@@ -102,11 +120,23 @@ ALL_TOOLS: dict[str, MenuTool] = {
 }
 
 
-def why_not_offered(facts: SessionFacts, name: str) -> str | None:
-    """None when the tool is on this session's Menu now, else the reason it is not."""
+def why_not_offered(facts: SessionFacts, name: str, *, gate: bool = False) -> str | None:
+    """None when the tool is on this session's Menu now, else the reason it is not.
+
+    `gate`: the harness's approval gate is asking for a human's decision on a call its policy
+    answered `ask`; that call passed the allowlist already, and an Approval decides nothing by
+    itself, so request_approval is not held to the allowlist then (the fixed rule still holds).
+    """
     tool = ALL_TOOLS.get(name)
     if tool is None:
         return f"there is no control tool named {name!r}"
+    shown = toolmatch.menu_name(name)
+    if gate and name == "request_approval":
+        refused = toolmatch.forbidden_reason(shown)
+    else:
+        refused = toolmatch.refusal(shown, facts.agent.tools.allow, facts.agent.tools.deny)
+    if refused is not None:
+        return refused
     if tool.needs_cluster and not facts.cluster:
         return f"{name} needs the cluster, and this custodian has none configured"
     if name in ("spawn_child", "child_status", "walk_tree", "wait_children"):

@@ -9,11 +9,18 @@ cap-like field in the input is ignored.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from corral_api.digest import check_definition_digest
+from corral_api.evidence import verdict_for
+from corral_api.kinds import LandingCheck
 
 from ._digest import action_digest, canonical_json
+from .budget import Held, Remaining
 from .facts import SessionFacts
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -40,6 +47,27 @@ class Refusal:
 
 
 @dataclass(frozen=True)
+class ChildBudget:
+    """The child's spec.budget; None on an axis: no cap there."""
+
+    tokens: int | None = None
+    cost: float | None = None
+
+    @property
+    def carved(self) -> Held:
+        """What the parent gives away: it counts against the parent from now on."""
+        return Held(self.tokens or 0, self.cost or 0.0)
+
+    def wire(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.tokens is not None:
+            out["tokens"] = self.tokens
+        if self.cost is not None:
+            out["costUSD"] = self.cost
+        return out
+
+
+@dataclass(frozen=True)
 class ChildPlan:
     task: str
     agent_ref: str
@@ -48,15 +76,61 @@ class ChildPlan:
     read_only: bool
     criteria: str | None = None
     ignored: tuple[str, ...] = ()  # input fields the custodian would not take from a model
+    budget: ChildBudget = field(default_factory=ChildBudget)
 
 
-_SPAWN_FIELDS = {"task", "agent", "maxTurns", "readOnly", "criteria"}
+_SPAWN_FIELDS = {"task", "agent", "maxTurns", "readOnly", "criteria", "budget"}
+MAX_BUDGET_TOKENS = 10_000_000_000
+MAX_BUDGET_COST = 1_000_000.0
+
+
+def _floor_cost(value: float) -> float:
+    """Whole micro-dollars, rounded down, so a carve never exceeds what remains."""
+    return math.floor(value * 1_000_000) / 1_000_000
+
+
+def decide_child_budget(asked: Any, remaining: Remaining) -> ChildBudget | Refusal:
+    """The child's budget, carved from what this session has left.
+
+    On an axis this session caps, the child gets min(asked, remaining); asked for nothing, it
+    gets half of what remains, so the parent keeps enough to read its children's answers.
+    On an axis this session does not cap, the child gets what it asked for, or no cap.
+    """
+    if asked is None:
+        asked = {}
+    if not isinstance(asked, dict) or set(asked) - {"tokens", "costUSD"}:
+        return Refusal("'budget' must be an object with 'tokens' and/or 'costUSD'")
+    tokens = asked.get("tokens")
+    if tokens is not None and (
+        isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1
+    ):
+        return Refusal("'budget.tokens' must be a positive integer")
+    cost = asked.get("costUSD")
+    if cost is not None and (
+        isinstance(cost, bool) or not isinstance(cost, int | float) or not cost > 0
+    ):
+        return Refusal("'budget.costUSD' must be a positive number")
+    child_tokens: int | None = min(tokens, MAX_BUDGET_TOKENS) if tokens is not None else None
+    if remaining.tokens is not None:
+        if remaining.tokens < 1:
+            return Refusal("this session has no token budget left to give a child")
+        child_tokens = min(tokens, remaining.tokens) if tokens else max(1, remaining.tokens // 2)
+    child_cost: float | None = min(float(cost), MAX_BUDGET_COST) if cost is not None else None
+    if remaining.cost is not None:
+        share = min(float(cost), remaining.cost) if cost else remaining.cost / 2
+        child_cost = _floor_cost(share)
+        if child_cost <= 0:
+            return Refusal("this session has no cost budget left to give a child")
+    return ChildBudget(tokens=child_tokens, cost=child_cost)
 
 
 def decide_spawn(
-    facts: SessionFacts, tool_input: dict[str, Any], children_this_turn: int
+    facts: SessionFacts,
+    tool_input: dict[str, Any],
+    children_this_turn: int,
+    budget_left: Remaining | None = None,
 ) -> ChildPlan | Refusal:
-    """May this session start one more child now, and with what limits?"""
+    """May this session start one more child now, under which Agent, with what limits?"""
     if not facts.agent.orchestrator:
         return Refusal("only an orchestrator agent may start child sessions")
     child_depth = facts.depth + 1
@@ -81,6 +155,15 @@ def decide_spawn(
     agent_ref = tool_input.get("agent", facts.agent_ref)
     if not isinstance(agent_ref, str) or not DNS_LABEL.match(agent_ref):
         return Refusal("'agent' must name an Agent in this namespace (a DNS label)")
+    # A child runs under its parent's Agent unless that Agent names others it may use.
+    others = facts.agent.children.agents
+    if agent_ref != facts.agent_ref and agent_ref not in others:
+        listed = ", ".join(others) if others else "none"
+        return Refusal(
+            f"a child may run under Agent {agent_ref!r} only when this session's Agent lists it "
+            f"in spec.children.agents (listed: {listed}); leave 'agent' out to use "
+            f"{facts.agent_ref!r}"
+        )
 
     asked = tool_input.get("maxTurns", remaining)
     if isinstance(asked, bool) or not isinstance(asked, int) or asked < 1:
@@ -94,10 +177,17 @@ def decide_spawn(
     if criteria is not None and (not isinstance(criteria, str) or not criteria):
         return Refusal("'criteria' must be a non-empty string the child's answer must contain")
 
+    budget = decide_child_budget(
+        tool_input.get("budget"), budget_left or Remaining(tokens=None, cost=None)
+    )
+    if isinstance(budget, Refusal):
+        return budget
+
     return ChildPlan(
         task=task,
         agent_ref=agent_ref,
         depth=child_depth,
+        budget=budget,
         # A child never gets more turns than its parent has left.
         max_turns=min(asked, remaining),
         # A read-only parent cannot hand out write access.
@@ -133,6 +223,8 @@ def child_session_manifest(
     overrides = parent_spec.get("overrides") or {}
     if overrides.get("thinkingLevel"):
         spec["overrides"] = {"thinkingLevel": overrides["thinkingLevel"]}
+    if plan.budget.wire():
+        spec["budget"] = plan.budget.wire()
     if plan.criteria is not None:
         spec["evaluation"] = {
             "criteria": {"substring": plan.criteria},
@@ -302,6 +394,54 @@ def decide_push(facts: SessionFacts, tool_input: dict[str, Any]) -> PushPlan | R
     return PushPlan(branch=facts.branch)
 
 
+_NETWORK_SCHEMES = ("https", "http", "ssh", "git")
+# user@host:path, git's scp-like syntax; the host may not start with '-' (an ssh option).
+_SCP_LIKE = re.compile(
+    r"^[A-Za-z0-9._~+-]+@(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9][A-Za-z0-9.-]*):(?!//)\S+$"
+)
+_HELPER = re.compile(r"^[A-Za-z0-9+.-]+::")
+
+
+def remote_refusal(url: str | None) -> str | None:
+    """Why push and land may not send to `url`, or None for a network remote.
+
+    A local path or file:// would let a push write into any repository the custodian can
+    reach (and run that repository's hooks); ext:: and fd:: run commands. Only https, http,
+    ssh, git and scp-like user@host:path remotes are allowed.
+    """
+    if not url:
+        return "no push remote is configured (CORRAL_GIT_REMOTE_URL, from spec.workspace.repo)"
+    if _HELPER.match(url):
+        return (
+            f"push remote {url!r} uses a transport helper (ext::, fd::, ...), which runs "
+            "commands: never allowed"
+        )
+    if url.lower().startswith("file:"):
+        return f"push remote {url!r} is a file:// URL: pushing to local paths is never allowed"
+    if any(c.isspace() or ord(c) < 32 for c in url) or url.startswith("-"):
+        return f"push remote {url!r} is not a plain URL"
+    scheme, sep, _ = url.partition("://")
+    if sep:
+        if scheme.lower() not in _NETWORK_SCHEMES:
+            return (
+                f"push remote {url!r} uses {scheme}://; allowed are https://, http://, ssh://, "
+                "git:// and user@host:path"
+            )
+        try:
+            host = urlsplit(url).hostname
+        except ValueError:
+            host = None
+        if not host or host.startswith("-"):
+            return f"push remote {url!r} names no host"
+        return None
+    if _SCP_LIKE.match(url):
+        return None
+    return (
+        f"push remote {url!r} is a local path: pushing to local paths is never allowed; "
+        "allowed are https://, http://, ssh://, git:// and user@host:path"
+    )
+
+
 def _refspec_target(refspec: str) -> str | Refusal:
     spec = refspec.strip()
     if spec.startswith("+"):
@@ -391,12 +531,10 @@ def decide_land(
             digest=digest,
             reason=f"land {args['revision']} on {args['target']}",
         )
-    if facts.land_check and not any(
-        evidence_passes(e, facts, args["revision"], facts.land_check) for e in evidences
-    ):
-        return Refusal(
-            f"no Pass Evidence of check {facts.land_check!r} for revision {args['revision']}"
-        )
+    if facts.land_check is not None:
+        waiting = evidence_refusal(facts, facts.land_check, args["revision"], evidences)
+        if waiting is not None:
+            return waiting
     return LandPlan(target=args["target"], revision=args["revision"], digest=digest)
 
 
@@ -427,18 +565,31 @@ def approval_decision(approval: dict[str, Any]) -> str:
     return str((approval.get("status") or {}).get("decision") or "Pending")
 
 
-def evidence_passes(
-    evidence: dict[str, Any], facts: SessionFacts, revision: str, check: str
-) -> bool:
-    meta = evidence.get("metadata") or {}
-    spec = evidence.get("spec") or {}
-    status = evidence.get("status") or {}
-    return (
-        meta.get("namespace") == facts.namespace
-        and spec.get("revision") == revision
-        and spec.get("check") == check
-        and status.get("verdict") == "Pass"
-    )
+def evidence_refusal(
+    facts: SessionFacts, check: LandingCheck, revision: str, evidences: list[dict[str, Any]]
+) -> Refusal | None:
+    """None when the verdict that counts for the landing check at `revision` is Pass.
+
+    The rule of what counts (labels, spec and the definition digest agree; the newest finished
+    verdict wins) is `corral_api.evidence.verdict_for`, shared with the operator and CI gates.
+    """
+    if facts.repo is None:
+        return Refusal("land needs the session's repository, which is unknown here")
+    digest = check_definition_digest(check.command, check.image)
+    verdict = verdict_for(evidences, check.name, revision, facts.repo, digest, facts.namespace)
+    if verdict in ("Missing", "Pending"):
+        state = "is still running" if verdict == "Pending" else "does not exist yet"
+        return Refusal(
+            f"land waits for the Evidence of check {check.name!r} at revision {revision}: it "
+            f"{state} (the operator runs the check once a land Approval is pending); call land "
+            "again when its verdict is in"
+        )
+    if verdict != "Pass":
+        return Refusal(
+            f"the newest Evidence of check {check.name!r} at revision {revision} says "
+            f"{verdict}, so this revision cannot land"
+        )
+    return None
 
 
 def approval_request(tool_input: dict[str, Any]) -> AskApproval | Refusal:

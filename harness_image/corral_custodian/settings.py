@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +16,11 @@ from .budget import Budget
 
 DEFAULT_ADDR = "127.0.0.1:8081"
 DEFAULT_UPSTREAM = "https://api.anthropic.com"
+DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
+DEFAULT_MAX_IN_FLIGHT = 4
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 class SettingsError(ValueError):
@@ -32,25 +38,35 @@ class KubeSettings:
 class CustodianSettings:
     host: str
     port: int
+    # The operator's listener (GET /v1/usage only); None: not served.
+    operator_host: str | None
+    operator_port: int | None
+    # The pod-local credential every caller but /readyz must present; None only when insecure.
+    credential: str | None
+    # The Session's wire token, which the operator presents on the operator port.
+    wire_token: str | None
     upstream_url: str
     model_key: str | None
     session_name: str
     session_namespace: str
     session_uid: str
-    budget: Budget
+    budget: Budget  # the Session's, as the operator set it
     state_dir: Path | None
+    agent_name: str | None
     agent_spec_file: Path | None
     agent_spec_json: str | None
+    model_override: str | None  # the Session's overrides.model when there is no cluster
     kube: KubeSettings | None
     git_credentials_file: Path | None
     session_branch: str | None
     workspace: Path | None
     git_remote_url: str | None
-    land_check: str | None
     read_only: bool
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
 
     def load_agent(self) -> AgentSpec:
-        """The Agent spec, read afresh each call: a mounted file may change between turns."""
+        """The Agent spec without a cluster, read afresh each call (a mounted file may change)."""
         if self.agent_spec_file is not None:
             try:
                 text = self.agent_spec_file.read_text()
@@ -59,8 +75,10 @@ class CustodianSettings:
             return parse_agent_spec(text, "CORRAL_AGENT_SPEC_FILE")
         if self.agent_spec_json is not None:
             return parse_agent_spec(self.agent_spec_json, "CORRAL_AGENT_SPEC_JSON")
-        # No Agent given: a plain leaf agent, so no control tool beyond push is offered.
-        return AgentSpec(identity="(no agent spec)", model="unknown")
+        raise SettingsError(
+            "no Agent: set CORRAL_AGENT_SPEC_JSON or CORRAL_AGENT_SPEC_FILE, or configure the "
+            "cluster (CORRAL_KUBE_API) so the Agent is read from it"
+        )
 
 
 def parse_agent_spec(text: str, source: str) -> AgentSpec:
@@ -78,10 +96,10 @@ def parse_agent_spec(text: str, source: str) -> AgentSpec:
         raise SettingsError(f"{source} is not a valid Agent spec: {e}") from e
 
 
-def _split_addr(addr: str) -> tuple[str, int]:
+def _split_addr(addr: str, name: str) -> tuple[str, int]:
     host, sep, port = addr.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise SettingsError(f"CORRAL_CUSTODIAN_ADDR must be host:port, not {addr!r}")
+        raise SettingsError(f"{name} must be host:port, not {addr!r}")
     return host.strip("[]"), int(port)
 
 
@@ -98,20 +116,63 @@ def _number(env: Mapping[str, str], name: str, kind: type[int] | type[float]) ->
     return value
 
 
+def _positive(env: Mapping[str, str], name: str, default: int) -> int:
+    value = _number(env, name, int)
+    if name in env and env[name].strip() and value < 1:
+        raise SettingsError(f"{name} must be at least 1")
+    return int(value) or default
+
+
 def _path(env: Mapping[str, str], name: str) -> Path | None:
     raw = env.get(name, "").strip()
     return Path(raw) if raw else None
 
 
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    return env.get(name, "").strip().lower() in ("1", "true", "yes")
+
+
+def _secret(env: Mapping[str, str], name: str) -> str | None:
+    """The text of a secret file named by `name`; an unreadable or empty file is an error."""
+    path = _path(env, name)
+    if path is None:
+        return None
+    try:
+        text = path.read_text().strip()
+    except OSError as e:
+        raise SettingsError(f"cannot read {name}: {e}") from e
+    if not text:
+        raise SettingsError(f"{name} ({path}) is empty")
+    return text
+
+
 def from_env(env: Mapping[str, str]) -> CustodianSettings:
-    host, port = _split_addr(env.get("CORRAL_CUSTODIAN_ADDR", DEFAULT_ADDR))
+    addr = env.get("CORRAL_CUSTODIAN_ADDR", DEFAULT_ADDR)
+    host, port = _split_addr(addr, "CORRAL_CUSTODIAN_ADDR")
+    credential = _secret(env, "CORRAL_CUSTODIAN_CREDENTIAL_FILE")
+    if credential is None and not _flag(env, "CORRAL_CUSTODIAN_INSECURE"):
+        raise SettingsError(
+            "CORRAL_CUSTODIAN_CREDENTIAL_FILE is not set, so anyone could call this custodian; "
+            "set it (the harness presents the same credential), or set CORRAL_CUSTODIAN_INSECURE=1"
+            " to run without caller authentication on a trusted machine"
+        )
+    operator_host: str | None = None
+    operator_port: int | None = None
+    wire_token = _secret(env, "CORRAL_WIRE_TOKEN_FILE")
+    operator_addr = env.get("CORRAL_CUSTODIAN_OPERATOR_ADDR", "").strip()
+    if operator_addr:
+        operator_host, operator_port = _split_addr(operator_addr, "CORRAL_CUSTODIAN_OPERATOR_ADDR")
+        if wire_token is None:
+            raise SettingsError(
+                "CORRAL_CUSTODIAN_OPERATOR_ADDR is set but CORRAL_WIRE_TOKEN_FILE is not: the "
+                "operator port answers only the wire token"
+            )
+        if (operator_host, operator_port) == (host, port):
+            raise SettingsError("the operator port must differ from CORRAL_CUSTODIAN_ADDR")
+
     key = env.get("ANTHROPIC_API_KEY") or None
-    key_file = _path(env, "CORRAL_MODEL_KEY_FILE")
-    if key is None and key_file is not None:
-        try:
-            key = key_file.read_text().strip() or None
-        except OSError as e:
-            raise SettingsError(f"cannot read CORRAL_MODEL_KEY_FILE: {e}") from e
+    if key is None:
+        key = _secret(env, "CORRAL_MODEL_KEY_FILE")
     kube: KubeSettings | None = None
     api = env.get("CORRAL_KUBE_API", "").strip()
     if api:
@@ -119,31 +180,51 @@ def from_env(env: Mapping[str, str]) -> CustodianSettings:
         if token_file is None:
             raise SettingsError("CORRAL_KUBE_API is set but CORRAL_KUBE_TOKEN_FILE is not")
         kube = KubeSettings(api.rstrip("/"), token_file, _path(env, "CORRAL_KUBE_CA_FILE"))
-    spec_json = env.get("CORRAL_AGENT_SPEC_JSON") or None
+
+    session_name = env.get("CORRAL_SESSION_NAME", "local")
+    namespace = env.get("CORRAL_SESSION_NAMESPACE", "default")
+    # Both end up in API paths: nothing but object names may get there.
+    if not _OBJECT_NAME.match(session_name) or ".." in session_name:
+        raise SettingsError(f"CORRAL_SESSION_NAME {session_name!r} is not an object name")
+    if not _DNS_LABEL.match(namespace):
+        raise SettingsError(f"CORRAL_SESSION_NAMESPACE {namespace!r} is not a namespace name")
+    agent_name = env.get("CORRAL_AGENT_NAME", "").strip() or None
+    if agent_name is not None and not _DNS_LABEL.match(agent_name):
+        raise SettingsError(f"CORRAL_AGENT_NAME {agent_name!r} is not an Agent name")
+
     settings = CustodianSettings(
         host=host,
         port=port,
+        operator_host=operator_host,
+        operator_port=operator_port,
+        credential=credential,
+        wire_token=wire_token,
         upstream_url=env.get("CORRAL_UPSTREAM_URL", DEFAULT_UPSTREAM).rstrip("/"),
         model_key=key,
-        session_name=env.get("CORRAL_SESSION_NAME", "local"),
-        session_namespace=env.get("CORRAL_SESSION_NAMESPACE", "default"),
+        session_name=session_name,
+        session_namespace=namespace,
         session_uid=env.get("CORRAL_SESSION_UID", ""),
+        # 0 or unset: the operator set no cap on that axis.
         budget=Budget(
-            tokens=_number(env, "CORRAL_BUDGET_TOKENS", int),
-            cost=_number(env, "CORRAL_BUDGET_COST", float),
+            tokens=_number(env, "CORRAL_BUDGET_TOKENS", int) or None,
+            cost=_number(env, "CORRAL_BUDGET_COST", float) or None,
         ),
         state_dir=_path(env, "CORRAL_STATE_DIR"),
+        agent_name=agent_name,
         agent_spec_file=_path(env, "CORRAL_AGENT_SPEC_FILE"),
-        agent_spec_json=spec_json,
+        agent_spec_json=env.get("CORRAL_AGENT_SPEC_JSON") or None,
+        model_override=env.get("CORRAL_MODEL_OVERRIDE", "").strip() or None,
         kube=kube,
         git_credentials_file=_path(env, "CORRAL_GIT_CREDENTIALS_FILE"),
         session_branch=env.get("CORRAL_SESSION_BRANCH", "").strip() or None,
         workspace=_path(env, "CORRAL_WORKSPACE"),
         git_remote_url=env.get("CORRAL_GIT_REMOTE_URL", "").strip() or None,
-        land_check=env.get("CORRAL_LAND_CHECK", "").strip() or None,
-        read_only=env.get("CORRAL_READ_ONLY", "").strip().lower() in ("1", "true", "yes"),
+        read_only=_flag(env, "CORRAL_READ_ONLY"),
+        max_body_bytes=_positive(env, "CORRAL_MAX_REQUEST_BYTES", DEFAULT_MAX_BODY_BYTES),
+        max_in_flight=_positive(env, "CORRAL_MAX_MODEL_REQUESTS", DEFAULT_MAX_IN_FLIGHT),
     )
-    settings.load_agent()  # fail at start, not at the first turn, on a bad spec
-    if kube is not None and not settings.session_uid:
+    if kube is None:
+        settings.load_agent()  # fail at start, not at the first turn, on a bad or missing spec
+    elif not settings.session_uid:
         raise SettingsError("CORRAL_SESSION_UID is required when a cluster is configured")
     return settings

@@ -1,6 +1,8 @@
 """The custodian as a container of a pod on the local node: its only credential to the API
 server is the projected, audience-bound service-account token the node fills in, and with it
-the custodian creates a child Session under the chart's sandbox RBAC.
+the custodian reads its Agent and creates a child Session under the chart's sandbox RBAC. It
+answers only the pod-local credential on its harness port, and only the wire token on its
+operator port.
 """
 
 from __future__ import annotations
@@ -66,6 +68,11 @@ def test_a_custodian_pod_uses_its_projected_token_to_create_a_child(
     control_plane.kubectl(
         "create", "secret", "generic", "model", "-n", namespace, "--from-literal=key=sk-test"
     )
+    credential, wire_token = "pod-local-credential-4711", "wire-token-0815"
+    control_plane.kubectl(
+        "create", "secret", "generic", "pod-local", "-n", namespace,
+        f"--from-literal=credential={credential}", f"--from-literal=token={wire_token}",
+    )  # fmt: skip
     # The API server's CA, as the chart's kubeCaConfigMap would hold it.
     control_plane.kubectl(
         "create",
@@ -75,7 +82,18 @@ def test_a_custodian_pod_uses_its_projected_token_to_create_a_child(
         namespace,
         f"--from-file=ca.crt={control_plane.ca_file}",
     )
-    agent = {"identity": "x", "model": "claude-haiku-4-5", "orchestrator": True}
+    agent = {
+        "identity": "x",
+        "model": "claude-haiku-4-5",
+        "orchestrator": True,
+        "tools": {"allow": ["mcp__corral__*"]},
+    }
+    # The custodian reads its Agent from the API server (the Session's agentRef).
+    control_plane.kubectl(
+        "apply", "-f", "-",
+        input=json.dumps({"apiVersion": "corral.dev/v1alpha1", "kind": "Agent",
+                          "metadata": {"name": "coder", "namespace": namespace}, "spec": agent}),
+    )  # fmt: skip
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -93,10 +111,12 @@ def test_a_custodian_pod_uses_its_projected_token_to_create_a_child(
                     "env": [
                         {"name": "POD_IP", "valueFrom": {"fieldRef": POD_IP}},
                         env("CORRAL_CUSTODIAN_ADDR", "$(POD_IP):8081"),
+                        env("CORRAL_CUSTODIAN_OPERATOR_ADDR", "$(POD_IP):8082"),
+                        env("CORRAL_CUSTODIAN_CREDENTIAL_FILE", "/var/run/corral/pod/credential"),
+                        env("CORRAL_WIRE_TOKEN_FILE", "/var/run/corral/pod/token"),
                         env("CORRAL_SESSION_NAME", "lead"),
                         env("CORRAL_SESSION_NAMESPACE", namespace),
                         env("CORRAL_SESSION_UID", uid),
-                        env("CORRAL_AGENT_SPEC_JSON", json.dumps(agent)),
                         env("CORRAL_KUBE_API", control_plane.server),
                         env("CORRAL_KUBE_TOKEN_FILE", "/var/run/corral/kube/token"),
                         env("CORRAL_KUBE_CA_FILE", "/var/run/corral/ca/ca.crt"),
@@ -106,7 +126,10 @@ def test_a_custodian_pod_uses_its_projected_token_to_create_a_child(
                             "valueFrom": {"secretKeyRef": {"name": "model", "key": "key"}},
                         },
                     ],
-                    "ports": [{"name": "custodian", "containerPort": 8081}],
+                    "ports": [
+                        {"name": "custodian", "containerPort": 8081},
+                        {"name": "operator", "containerPort": 8082},
+                    ],
                     "readinessProbe": {
                         "httpGet": {"path": "/readyz", "port": "custodian"},
                         "periodSeconds": 1,
@@ -115,6 +138,7 @@ def test_a_custodian_pod_uses_its_projected_token_to_create_a_child(
                         {"name": "kube-token", "mountPath": "/var/run/corral/kube"},
                         {"name": "kube-ca", "mountPath": "/var/run/corral/ca"},
                         {"name": "state", "mountPath": "/state"},
+                        {"name": "pod-local", "mountPath": "/var/run/corral/pod"},
                     ],
                 }
             ],
@@ -135,6 +159,7 @@ def test_a_custodian_pod_uses_its_projected_token_to_create_a_child(
                 },
                 {"name": "kube-ca", "configMap": {"name": "api-ca"}},
                 {"name": "state", "emptyDir": {}},
+                {"name": "pod-local", "secret": {"secretName": "pod-local"}},
             ],
         },
     }  # fmt: skip
@@ -154,12 +179,25 @@ def test_a_custodian_pod_uses_its_projected_token_to_create_a_child(
         time.sleep(0.2)
 
     url = f"http://{live['status']['podIP']}:8081"
-    tools = [t["name"] for t in httpx.get(f"{url}/agents/c/surface").json()["tools"]]
+    assert httpx.get(f"{url}/agents/c/surface").status_code == 401
+    headers = {"authorization": f"Bearer {credential}"}
+    tools = [
+        t["name"] for t in httpx.get(f"{url}/agents/c/surface", headers=headers).json()["tools"]
+    ]
     assert "spawn_child" in tools
-    answer = httpx.post(f"{url}/agents/c/tools/spawn_child", json={"task": "half"}).json()
+    answer = httpx.post(
+        f"{url}/agents/c/tools/spawn_child", json={"task": "half"}, headers=headers
+    ).json()
     assert answer["isError"] is False, answer
     child = json.loads(answer["content"])["child"]
     got = json.loads(
         control_plane.kubectl("get", "session", child, "-n", namespace, "-o", "json").stdout
     )
     assert got["spec"]["parentRef"] == {"name": "lead", "uid": uid}
+
+    # The operator port, in the same process: the wire token only, and the usage record.
+    operator = f"http://{live['status']['podIP']}:8082/v1/usage"
+    assert httpx.get(operator, headers=headers).status_code == 401
+    usage = httpx.get(operator, headers={"authorization": f"Bearer {wire_token}"})
+    assert usage.status_code == 200, usage.text
+    assert usage.json()["usage"]["input"] == 0 and usage.json()["exceeded"] is False

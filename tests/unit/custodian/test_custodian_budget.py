@@ -7,16 +7,26 @@ from pathlib import Path
 
 import pytest
 
+from corral_api.kinds import AgentSpec
+from corral_common import toolmatch
 from corral_custodian.budget import (
     Budget,
     CallUsage,
+    Held,
     StreamUsageReader,
     UsageTotals,
     budget_refusal,
+    lowest,
+    remaining,
+    reservation_for,
+    reservation_refusal,
     usage_of_body,
 )
+from corral_custodian.facts import SessionFacts
+from corral_custodian.model_rules import CheckedRequest, ModelRefusal, check_request
 from corral_custodian.prices import price_for
 from corral_custodian.settings import SettingsError, from_env
+from corral_harness.policy import fixed_rule
 
 STREAM = (
     b"event: message_start\n"
@@ -78,11 +88,122 @@ def test_budget_refuses_once_spent_and_names_the_budget() -> None:
     totals.add(CallUsage(model="claude-haiku-4-5", input=60, output=40))
     reason = budget_refusal(totals, Budget(tokens=100))
     assert reason is not None and "token budget" in reason and "100 of 100" in reason
-    assert budget_refusal(totals, Budget()) is None  # 0 means no budget
+    assert budget_refusal(totals, Budget()) is None  # None means no budget
     rich = UsageTotals()
     rich.add(CallUsage(model="claude-opus-4-1", input=0, output=20_000))  # $1.50
     cost_reason = budget_refusal(rich, Budget(cost=1.0))
     assert cost_reason is not None and "cost budget" in cost_reason
+
+
+def test_tokens_count_cache_writes_but_not_cache_reads_while_cost_prices_both() -> None:
+    call = CallUsage(model="claude-haiku-4-5", input=10, output=20, cache_read=1000, cache_write=40)
+    assert call.tokens == 70
+    assert call.cost() == pytest.approx((10 * 1 + 20 * 5 + 1000 * 0.1 + 40 * 1.25) / 1e6)
+    totals = UsageTotals()
+    totals.add(call)
+    assert totals.tokens == 70
+    assert budget_refusal(totals, Budget(tokens=71)) is None
+
+
+def test_a_reservation_must_fit_beside_spending_requests_in_flight_and_children() -> None:
+    ask = reservation_for("claude-haiku-4-5", body_bytes=401, max_tokens=100)
+    assert (ask.input, ask.output) == (101, 100)  # ceil(401 / 4) and all of max_tokens
+    totals = UsageTotals()
+    totals.add(CallUsage(model="claude-haiku-4-5", input=500, output=100))
+    budget = Budget(tokens=1000)
+    fits = Held(ask.tokens, ask.cost())
+    assert reservation_refusal(budget, totals, Held(), Held(), fits) is None
+    reason = reservation_refusal(budget, totals, Held(150), Held(50), fits)
+    assert reason is not None
+    assert "600 of 1000 tokens used, 150 held by requests in flight, 50 given to children" in (
+        reason
+    )
+    assert remaining(budget, totals, Held(150), Held(50)).tokens == 200
+    # Cost: $0.001 spent, and this request may cost $0.000601 more, against a $0.0015 cap.
+    tight = Budget(cost=0.0015)
+    assert "cost budget cannot cover" in str(
+        reservation_refusal(tight, totals, Held(), Held(), fits)
+    )
+    assert lowest(Budget(tokens=5, cost=2.0), Budget(tokens=9), Budget()) == Budget(5, 2.0)
+
+
+def test_a_cut_stream_is_charged_for_what_came_through() -> None:
+    reader = StreamUsageReader(model="claude-haiku-4-5")
+    cut = STREAM.split(b"event: message_delta")[0]
+    reader.feed(cut + b'event: content_block_delta\ndata: {"type":"content_block_delta",'
+                b'"delta":{"type":"text_delta","text":"' + b"y" * 400 + b'"}}\n\n')  # fmt: skip
+    reader.close()
+    settled = reader.settled()
+    assert settled is not None and not reader.completed
+    assert settled.output == 101  # ceil((2 + 400) / 4) bytes of text, not message_start's 1
+    whole = StreamUsageReader(model="claude-haiku-4-5")
+    whole.feed(STREAM)
+    whole.close()
+    assert whole.completed and whole.settled() == whole.usage
+    assert StreamUsageReader(model="m").settled() is None  # nothing began: nothing charged
+
+
+def facts_with(**agent: object) -> SessionFacts:
+    spec = AgentSpec.model_validate({"identity": "x", "model": "claude-haiku-4-5"} | agent)
+    return SessionFacts(name="s", namespace="n", uid="u", agent=spec)
+
+
+def test_the_model_request_rules() -> None:
+    f = facts_with(limits={"maxOutputTokens": 2000})
+    other = check_request(f, {"model": "claude-opus-4-1", "max_tokens": 1})
+    assert isinstance(other, ModelRefusal) and other.status == 403
+    assert "'claude-opus-4-1' is not allowed" in other.message
+    clamped = check_request(
+        f,
+        {"model": "claude-haiku-4-5", "max_tokens": 9000,
+         "thinking": {"type": "enabled", "budget_tokens": 4096}},
+    )  # fmt: skip
+    assert isinstance(clamped, CheckedRequest) and clamped.changed
+    assert clamped.body["max_tokens"] == 2000
+    assert clamped.body["thinking"] == {"type": "enabled", "budget_tokens": 1999}
+    tiny = check_request(
+        facts_with(limits={"maxOutputTokens": 500}),
+        {"model": "claude-haiku-4-5", "max_tokens": 900,
+         "thinking": {"type": "enabled", "budget_tokens": 1024}},
+    )  # fmt: skip
+    assert isinstance(tiny, CheckedRequest) and tiny.body["thinking"] == {"type": "disabled"}
+    kept = check_request(f, {"model": "claude-haiku-4-5", "max_tokens": 5})
+    assert isinstance(kept, CheckedRequest) and not kept.changed
+    for bad in ({"max_tokens": True}, {"max_tokens": "9"}, {}):
+        refused = check_request(f, {"model": "claude-haiku-4-5", **bad})
+        assert isinstance(refused, ModelRefusal) and "max_tokens" in refused.message
+    unpriced = facts_with(model="house-model", limits={"budget": {"costUSD": 1}})
+    refused = check_request(unpriced, {"model": "house-model", "max_tokens": 5})
+    assert isinstance(refused, ModelRefusal) and "no price in the catalog" in refused.message
+    assert isinstance(
+        check_request(facts_with(model="house-model"), {"model": "house-model", "max_tokens": 5}),
+        CheckedRequest,
+    )
+    server = check_request(
+        f, {"model": "claude-haiku-4-5", "max_tokens": 5, "tools": [{"type": "bash_20250124"}]}
+    )
+    assert isinstance(server, ModelRefusal) and "bash_20250124" in server.message
+
+
+def test_the_effective_budget_is_the_lowest_of_session_and_agent() -> None:
+    f = facts_with(limits={"budget": {"tokens": 800, "costUSD": 5}})
+    assert f.budget == Budget(tokens=800, cost=5.0)
+    from dataclasses import replace
+
+    assert replace(f, session_budget=Budget(tokens=300)).budget == Budget(tokens=300, cost=5.0)
+    assert facts_with().budget == Budget()
+
+
+def test_toolmatch_is_the_harness_rule() -> None:
+    # One fixed rule for both gates: the harness's policy uses the custodian's very function.
+    assert fixed_rule.forbidden_reason is toolmatch.forbidden_reason
+    # Menu tools match on both forms of their name; deny wins over allow.
+    assert toolmatch.refusal("mcp__corral__push", ["push"], []) is None
+    assert toolmatch.refusal("mcp__corral__push", ["mcp__corral__*"], []) is None
+    assert toolmatch.refusal("mcp__corral__push", ["*"], []) is None
+    assert "tools.allow" in str(toolmatch.refusal("mcp__corral__push", ["bash"], []))
+    assert "tools.deny" in str(toolmatch.refusal("mcp__corral__push", ["*"], ["push"]))
+    assert "fixed rule" in str(toolmatch.refusal("mcp__corral__decide_approval", ["*"], []))
 
 
 def test_totals_round_trip_through_json() -> None:
@@ -96,9 +217,12 @@ def test_settings_from_env(tmp_path: Path) -> None:
     key_file.write_text("sk-from-file\n")
     spec = tmp_path / "agent.yaml"
     spec.write_text("kind: Agent\nspec:\n  identity: x\n  model: m\n  orchestrator: true\n")
+    credential = tmp_path / "credential"
+    credential.write_text("pod-local\n")
     s = from_env(
         {
             "CORRAL_CUSTODIAN_ADDR": "127.0.0.5:9000",
+            "CORRAL_CUSTODIAN_CREDENTIAL_FILE": str(credential),
             "CORRAL_MODEL_KEY_FILE": str(key_file),
             "CORRAL_BUDGET_TOKENS": "1000",
             "CORRAL_BUDGET_COST": "2.5",
@@ -106,6 +230,7 @@ def test_settings_from_env(tmp_path: Path) -> None:
         }
     )
     assert (s.host, s.port, s.model_key) == ("127.0.0.5", 9000, "sk-from-file")
+    assert s.credential == "pod-local" and s.operator_port is None
     assert s.budget == Budget(tokens=1000, cost=2.5)
     assert s.load_agent().orchestrator is True
     assert s.kube is None
@@ -117,6 +242,14 @@ def test_settings_from_env(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("env", "fragment"),
     [
+        ({}, "CORRAL_CUSTODIAN_CREDENTIAL_FILE is not set"),
+        ({"CORRAL_CUSTODIAN_INSECURE": "1"}, "no Agent"),
+        ({"CORRAL_CUSTODIAN_INSECURE": "1", "CORRAL_SESSION_NAME": "../x"}, "object name"),
+        ({"CORRAL_CUSTODIAN_INSECURE": "1", "CORRAL_AGENT_NAME": "A/b"}, "Agent name"),
+        (
+            {"CORRAL_CUSTODIAN_INSECURE": "1", "CORRAL_CUSTODIAN_OPERATOR_ADDR": "1.2.3.4:8082"},
+            "CORRAL_WIRE_TOKEN_FILE",
+        ),
         ({"CORRAL_CUSTODIAN_ADDR": "nope"}, "host:port"),
         ({"CORRAL_BUDGET_TOKENS": "lots"}, "CORRAL_BUDGET_TOKENS"),
         ({"CORRAL_BUDGET_COST": "-1"}, "negative"),
@@ -130,5 +263,11 @@ def test_settings_from_env(tmp_path: Path) -> None:
     ],
 )
 def test_bad_environment_is_refused_with_a_reason(env: dict[str, str], fragment: str) -> None:
+    base = {
+        "CORRAL_CUSTODIAN_INSECURE": "1",
+        "CORRAL_AGENT_SPEC_JSON": '{"identity":"x","model":"m"}',
+    }
+    if "CORRAL_CUSTODIAN_INSECURE" in env or not env:
+        base = {}  # these cases are about the credential and the Agent themselves
     with pytest.raises(SettingsError, match=fragment):
-        from_env(env)
+        from_env(base | env)

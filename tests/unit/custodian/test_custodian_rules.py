@@ -8,14 +8,20 @@ from typing import Any
 
 import pytest
 
-from corral_api.kinds import AgentLimits, AgentSpec
+from corral_api.digest import check_definition_digest
+from corral_api.kinds import AgentLimits, AgentSpec, ChildPolicy, LandingCheck, ToolPolicy
+from corral_api.labels import evidence_labels
 from corral_custodian import rules
 from corral_custodian._digest import action_digest, canonical_json
+from corral_custodian.budget import Remaining
 from corral_custodian.facts import SessionFacts
-from corral_custodian.menu import menu
+from corral_custodian.menu import menu, why_not_offered
 
 SHA = "a" * 40
 OTHER_SHA = "b" * 40
+
+
+ALL_TOOLS = ToolPolicy(allow=["*"])
 
 
 def agent(**limits: int) -> AgentSpec:
@@ -24,6 +30,7 @@ def agent(**limits: int) -> AgentSpec:
         model="claude-haiku-4-5",
         orchestrator=True,
         limits=AgentLimits(**limits),
+        tools=ALL_TOOLS,
     )
 
 
@@ -132,7 +139,7 @@ def test_a_parent_with_no_turns_left_cannot_spawn() -> None:
 
 
 def test_a_leaf_agent_cannot_spawn() -> None:
-    leaf = AgentSpec(identity="leaf", model="claude-haiku-4-5")
+    leaf = AgentSpec(identity="leaf", model="claude-haiku-4-5", tools=ALL_TOOLS)
     refused(rules.decide_spawn(facts(agent=leaf), {"task": "t"}, 0), "orchestrator")
 
 
@@ -154,6 +161,57 @@ def test_a_read_only_parent_cannot_make_a_writing_child() -> None:
 )
 def test_bad_spawn_input_gets_a_clear_reason(tool_input: dict[str, Any], fragment: str) -> None:
     refused(rules.decide_spawn(facts(), tool_input, 0), fragment)
+
+
+def test_a_child_runs_under_the_parents_agent_unless_the_agent_lists_others() -> None:
+    plan = rules.decide_spawn(facts(), {"task": "t", "agent": "coder"}, 0)
+    assert isinstance(plan, rules.ChildPlan) and plan.agent_ref == "coder"
+    reason = refused(
+        rules.decide_spawn(facts(), {"task": "t", "agent": "admin"}, 0), "spec.children.agents"
+    )
+    assert "'admin'" in reason and "listed: none" in reason
+    lists = facts().agent.model_copy(
+        update={"children": ChildPolicy(agents=["reviewer", "tester"])}
+    )
+    plan = rules.decide_spawn(facts(agent=lists), {"task": "t", "agent": "tester"}, 0)
+    assert isinstance(plan, rules.ChildPlan) and plan.agent_ref == "tester"
+    refused(
+        rules.decide_spawn(facts(agent=lists), {"task": "t", "agent": "admin"}, 0),
+        "listed: reviewer, tester",
+    )
+
+
+def test_a_childs_budget_is_carved_from_what_the_parent_has_left() -> None:
+    left = Remaining(tokens=10_000, cost=2.0)
+    asked = rules.decide_spawn(
+        facts(), {"task": "t", "budget": {"tokens": 50_000, "costUSD": 0.5}}, 0, left
+    )
+    assert isinstance(asked, rules.ChildPlan)
+    # min(requested, remaining) on each axis
+    assert asked.budget == rules.ChildBudget(tokens=10_000, cost=0.5)
+    assert asked.budget.carved.tokens == 10_000
+    manifest = rules.child_session_manifest(facts(), asked, {}, "turn-1")
+    assert manifest["spec"]["budget"] == {"tokens": 10_000, "costUSD": 0.5}
+    # Asked for nothing: half of what is left, so the parent can still read the answer.
+    default = rules.decide_spawn(facts(), {"task": "t"}, 0, left)
+    assert isinstance(default, rules.ChildPlan)
+    assert default.budget == rules.ChildBudget(tokens=5_000, cost=1.0)
+    # An uncapped parent hands on only what was asked for.
+    free = rules.decide_spawn(facts(), {"task": "t", "budget": {"tokens": 7}}, 0)
+    assert isinstance(free, rules.ChildPlan) and free.budget == rules.ChildBudget(tokens=7)
+    plain = rules.decide_spawn(facts(), {"task": "t"}, 0)
+    assert isinstance(plain, rules.ChildPlan)
+    assert "budget" not in rules.child_session_manifest(facts(), plain, {}, "t")["spec"]
+    refused(
+        rules.decide_spawn(facts(), {"task": "t"}, 0, Remaining(tokens=0, cost=None)),
+        "no token budget left",
+    )
+    refused(
+        rules.decide_spawn(facts(), {"task": "t"}, 0, Remaining(tokens=None, cost=0.0)),
+        "no cost budget left",
+    )
+    for bad in ({"tokens": 0}, {"tokens": "9"}, {"costUSD": -1}, {"dollars": 5}, 3):
+        refused(rules.decide_spawn(facts(), {"task": "t", "budget": bad}, 0, left), "'budget")
 
 
 def test_only_sessions_naming_our_uid_are_our_children() -> None:
@@ -368,22 +426,76 @@ def test_an_approval_from_another_namespace_or_session_does_not_count() -> None:
         assert isinstance(rules.decide_land(facts(), LAND, [stranger], []), rules.AskApproval)
 
 
-def test_land_needs_pass_evidence_when_a_check_is_configured() -> None:
-    f = facts(land_check="unit-tests")
+REPO = "https://git.example/team/app.git"
+CHECK = LandingCheck(name="unit-tests", command="make test", image="ci:1")
 
-    def evidence(verdict: str, revision: str = SHA, check: str = "unit-tests") -> dict[str, Any]:
-        return {
-            "metadata": {"namespace": "team-a"},
-            "spec": {"revision": revision, "check": check},
-            "status": {"verdict": verdict},
-        }
 
+def evidence(
+    verdict: str,
+    *,
+    revision: str = SHA,
+    check: LandingCheck = CHECK,
+    repo: str = REPO,
+    digest: str | None = None,
+    finished: str = "2026-11-29T10:00:00Z",
+    name: str = "ev",
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "labels": evidence_labels(check.name, revision, repo),
+        },
+        "spec": {
+            "repo": repo,
+            "revision": revision,
+            "check": check.name,
+            "command": check.command,
+            "image": check.image,
+            "definitionDigest": digest or check_definition_digest(check.command, check.image),
+        },
+        "status": {"verdict": verdict, **({"finished": finished} if verdict != "Pending" else {})},
+    }
+
+
+def test_land_needs_pass_evidence_of_the_exact_check_definition() -> None:
+    f = facts(land_check=CHECK, repo=REPO)
     approved = [approval("Approved")]
-    refused(rules.decide_land(f, LAND, approved, []), "no Pass Evidence")
-    refused(rules.decide_land(f, LAND, approved, [evidence("Fail")]), "no Pass Evidence")
-    refused(rules.decide_land(f, LAND, approved, [evidence("Pass", OTHER_SHA)]), "no Pass")
-    refused(rules.decide_land(f, LAND, approved, [evidence("Pass", check="lint")]), "no Pass")
+    waits = refused(rules.decide_land(f, LAND, approved, []), "waits for the Evidence")
+    assert "does not exist yet" in waits and "'unit-tests'" in waits
+    running = refused(rules.decide_land(f, LAND, approved, [evidence("Pending")]), "waits")
+    assert "still running" in running
+    refused(rules.decide_land(f, LAND, approved, [evidence("Fail")]), "says Fail")
     assert isinstance(rules.decide_land(f, LAND, approved, [evidence("Pass")]), rules.LandPlan)
+    # Pass Evidence that is about something else does not count.
+    for stranger in (
+        evidence("Pass", revision=OTHER_SHA),
+        evidence("Pass", check=LandingCheck(name="lint", command="make test", image="ci:1")),
+        evidence("Pass", repo="https://git.example/other.git"),
+        # Same name, but it ran another command: the definition digest says so.
+        evidence("Pass", digest=check_definition_digest("true", "ci:1")),
+        evidence("Pass", digest=check_definition_digest("make test", None)),
+    ):
+        refused(rules.decide_land(f, LAND, approved, [stranger]), "does not exist yet")
+    # Labels that do not match are not enough to trick it either way.
+    unlabelled = evidence("Pass")
+    unlabelled["metadata"]["labels"] = {}
+    refused(rules.decide_land(f, LAND, approved, [unlabelled]), "waits")
+
+
+def test_the_newest_finished_verdict_wins() -> None:
+    f = facts(land_check=CHECK, repo=REPO)
+    approved = [approval("Approved")]
+    old_pass = evidence("Pass", finished="2026-11-29T10:00:00Z", name="a")
+    new_fail = evidence("Fail", finished="2026-11-29T11:00:00Z", name="b")
+    refused(rules.decide_land(f, LAND, approved, [old_pass, new_fail]), "says Fail")
+    newer_pass = evidence("Pass", finished="2026-11-29T12:00:00Z", name="c")
+    decided = rules.decide_land(f, LAND, approved, [new_fail, newer_pass, evidence("Pending")])
+    assert isinstance(decided, rules.LandPlan)
+
+
+def test_without_a_landing_check_an_approval_is_enough() -> None:
+    assert isinstance(rules.decide_land(facts(), LAND, [approval("Approved")], []), rules.LandPlan)
 
 
 @pytest.mark.parametrize(
@@ -428,7 +540,7 @@ def test_menu_for_an_orchestrator_with_a_branch() -> None:
 
 
 def test_menu_follows_the_session_state() -> None:
-    leaf = AgentSpec(identity="leaf", model="claude-haiku-4-5")
+    leaf = AgentSpec(identity="leaf", model="claude-haiku-4-5", tools=ALL_TOOLS)
     assert names(facts(agent=leaf)) == ["request_approval", "push", "land"]
     assert "spawn_child" not in names(facts(depth=3))
     assert "spawn_child" not in names(facts(turns_used=10))
@@ -436,6 +548,26 @@ def test_menu_follows_the_session_state() -> None:
     # No cluster: only what works locally.
     assert names(facts(cluster=False)) == ["push"]
     assert names(facts(cluster=False, branch=None)) == []
+
+
+def test_menu_tools_pass_the_agents_allow_and_deny_lists() -> None:
+    def with_tools(allow: list[str], deny: list[str] | None = None) -> SessionFacts:
+        tools = ToolPolicy(allow=allow, deny=deny or [])
+        return facts(agent=agent().model_copy(update={"tools": tools}))
+
+    assert names(with_tools([])) == []  # default deny
+    assert names(with_tools(["bash", "read"])) == []
+    assert names(with_tools(["mcp__corral__push", "mcp__corral__land"])) == ["push", "land"]
+    assert names(with_tools(["push"])) == ["push"]  # the bare name matches, as in the harness
+    assert "push" not in names(with_tools(["mcp__corral__*"], ["mcp__corral__push"]))
+    assert "push" not in names(with_tools(["*"], ["push"]))
+    reason = why_not_offered(with_tools(["bash"]), "push")
+    assert reason == "mcp__corral__push is not in the Agent's tools.allow"
+    reason = why_not_offered(with_tools(["*"], ["mcp__corral__sp*"]), "spawn_child")
+    assert reason == "mcp__corral__spawn_child is denied by the Agent's tools.deny"
+    # The harness's approval gate may always ask a human; a model's own call may not.
+    assert why_not_offered(with_tools(["bash"]), "request_approval", gate=True) is None
+    assert why_not_offered(with_tools(["bash"]), "request_approval") is not None
 
 
 def test_menu_marks_picks_and_gives_schemas() -> None:

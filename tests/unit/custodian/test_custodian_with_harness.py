@@ -15,7 +15,7 @@ import pytest
 from corral_harness.scripted import ScriptedModel, parse_script, serve_in_thread
 from tests.wire._rig import Harness, new_conversation
 
-from ._custodian_proc import running_custodian
+from ._custodian_proc import git_daemon, running_custodian
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -50,7 +50,9 @@ def test_the_harness_never_holds_the_key_and_pushes_through_the_menu(
     scripted: tuple[ScriptedModel, str], tmp_path: Path
 ) -> None:
     model, upstream = scripted
-    remote = tmp_path / "remote.git"
+    served = tmp_path / "served"
+    served.mkdir()
+    remote = served / "remote.git"
     git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
     root = tmp_path / "workspace"
     git(tmp_path, "clone", "-q", str(remote), str(root))
@@ -78,19 +80,32 @@ def test_the_harness_never_holds_the_key_and_pushes_through_the_menu(
             }
         )
     )
+    credential = tmp_path / "pod-credential"
+    credential.write_text("pod-local-credential-0123456789\n")
     custodian_env = {
         "CORRAL_UPSTREAM_URL": upstream,
         "ANTHROPIC_API_KEY": MODEL_KEY,
         "CORRAL_WORKSPACE": str(root),
         "CORRAL_SESSION_BRANCH": "corral/s1",
         "CORRAL_STATE_DIR": str(tmp_path / "custodian-state"),
+        "CORRAL_AGENT_SPEC_JSON": json.dumps(AGENT),
+        "CORRAL_CUSTODIAN_CREDENTIAL_FILE": str(credential),
     }
-    with running_custodian(custodian_env, tmp_path / "custodian.log") as custodian_url:
+    with (
+        git_daemon(served) as daemon,
+        running_custodian(
+            custodian_env | {"CORRAL_GIT_REMOTE_URL": daemon + "remote.git"},
+            tmp_path / "custodian.log",
+        ) as custodian,
+    ):
         harness = Harness(
-            model_url=custodian_url,
-            menu_url=custodian_url,
+            model_url=custodian.url,
+            menu_url=custodian.url,
             state_dir=tmp_path / "harness-state",
             root=root,
+            # The harness presents the pod-local credential: bearer to the Menu, api_key to
+            # the model proxy.
+            extra_env={"CORRAL_CUSTODIAN_CREDENTIAL_FILE": str(credential)},
         )
         harness.start()
         try:
@@ -103,8 +118,9 @@ def test_the_harness_never_holds_the_key_and_pushes_through_the_menu(
 
     requests = [r for r in model.requests if r["conversation"] == conv]
     assert len(requests) == 5
-    # Upstream saw the custodian's key on every call; the harness sent a placeholder only.
+    # Upstream saw the custodian's key on every call; the harness's credential stopped there.
     assert {r["headers"]["x-api-key"] for r in requests} == {MODEL_KEY}
+    assert "pod-local-credential" not in json.dumps([r["headers"] for r in requests])
     # The Menu the model saw came from the custodian.
     tool_names = {t["name"] for t in requests[0]["body"]["tools"]}
     assert "mcp__corral__push" in tool_names and "bash" in tool_names
