@@ -1,4 +1,5 @@
-"""Evidence: run the check in its own clean pod and write the verdict once."""
+"""Evidence: run the check in its own clean pod, behind its own NetworkPolicy, and write the
+verdict once."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from corral_api import GROUP, VERSION
 from corral_api.kinds import Evidence
 
 from .. import naming
-from ..evidencepod import CHECK_CONTAINER, build_evidence_pod
+from ..evidencepod import CHECK_CONTAINER, EvidenceSpecError, build_evidence_manifests
 from ..kube import KubeError, corral_path, object_path
 from ..planning.evidence import plan_evidence
 from ..planning.patch import merge_patch
@@ -40,9 +41,8 @@ async def evidence_daemon(**kw: Any) -> None:
             if plan.finished and pod is not None:
                 tail = await _log_tail(rt, pod_path)
                 plan = plan_evidence(body, pod, now_text(now()), tail)
-            if plan.create_pod:
-                evidence = Evidence.model_validate({k: body[k] for k in ("metadata", "spec")})
-                await rt.kube.create(build_evidence_pod(evidence, rt.settings))
+            if plan.create_pod and (refusal := await _start_check(rt, body)) is not None:
+                plan = plan_evidence(body, None, now_text(now()), refusal=refusal)
             if plan.changed:
                 patch = merge_patch(body.get("status") or {}, plan.status)
                 await rt.kube.patch_status(path, patch)
@@ -62,6 +62,18 @@ async def evidence_daemon(**kw: Any) -> None:
                 await asyncio.wait_for(wake.wait(), timeout=_RECHECK)
     finally:
         rt.forget(namespace, name)
+
+
+async def _start_check(rt: Runtime, body: dict[str, Any]) -> str | None:
+    """Create the NetworkPolicy, then the pod; or say why they cannot be built."""
+    evidence = Evidence.model_validate({k: body[k] for k in ("metadata", "spec")})
+    try:
+        manifests = build_evidence_manifests(evidence, rt.settings)
+    except EvidenceSpecError as err:
+        return str(err)
+    for manifest in manifests.all():
+        await rt.kube.create(manifest)
+    return None
 
 
 async def _log_tail(rt: Runtime, pod_path: str) -> str | None:

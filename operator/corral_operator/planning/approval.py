@@ -1,4 +1,5 @@
-"""Approval: whether it binds to a live Session (same namespace, name and uid)."""
+"""Approval: whether it binds to a live Session (same namespace, name and uid), and what the
+operator says when a landing Approval starts an Evidence."""
 
 from __future__ import annotations
 
@@ -27,4 +28,15 @@ def check_approval(approval: dict[str, Any], session: dict[str, Any] | None) -> 
         "ApprovalRequested",
         f"Session {ref.get('name')} asks to run {tool}; decide with `kubectl edit "
         f"approval {approval.get('metadata', {}).get('name')} --subresource=status`",
+    )
+
+
+def evidence_requested(evidence: dict[str, Any]) -> PlannedEvent:
+    """The Event on a landing Approval whose Evidence the operator has just created."""
+    spec = evidence.get("spec") or {}
+    return PlannedEvent(
+        "Normal",
+        "EvidenceRequested",
+        f"Evidence {evidence.get('metadata', {}).get('name')} runs check {spec.get('check')!r} "
+        f"at {str(spec.get('revision', ''))[:12]}; land needs its Pass",
     )

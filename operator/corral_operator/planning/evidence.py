@@ -1,4 +1,8 @@
-"""The Evidence planner: start the check pod, then read its verdict from the pod's status."""
+"""The Evidence planner: start the check pod, then read its verdict from the pod's status.
+
+An Evidence whose `spec.definitionDigest` is not the digest of the command and image it names
+is an Error and never runs: its verdict would be bound to a definition it did not run.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from corral_api.digest import check_definition_digest
 from corral_api.kinds import Evidence, EvidenceStatus
 
 from .. import naming
@@ -36,8 +41,13 @@ def _terminated(pod: dict[str, Any], init: bool) -> dict[str, Any] | None:
 
 
 def plan_evidence(
-    body: dict[str, Any], pod: dict[str, Any] | None, now: str, log_tail: str | None = None
+    body: dict[str, Any],
+    pod: dict[str, Any] | None,
+    now: str,
+    log_tail: str | None = None,
+    refusal: str | None = None,
 ) -> EvidencePlan:
+    """`refusal`: why its pod cannot be built (e.g. a repository a cluster cannot clone)."""
     generation = int((body.get("metadata") or {}).get("generation") or 0)
     old = EvidenceStatus.model_validate(body.get("status") or {})
     status = old
@@ -45,11 +55,12 @@ def plan_evidence(
     if old.verdict != "Pending":
         pass  # a verdict is final: the revision and the command cannot change
     else:
-        try:
-            Evidence.model_validate({k: body.get(k) for k in ("metadata", "spec")})
-        except ValidationError as exc:
+        problem = _spec_problem(body)
+        if problem is None and pod is None and refusal is not None:
+            problem = refusal
+        if problem is not None:
             status = old.model_copy(
-                update={"verdict": "Error", "finished": now, "log_tail": f"invalid spec: {exc}"}
+                update={"verdict": "Error", "finished": now, "log_tail": problem[-_LOG_LIMIT:]}
             )
         else:
             if pod is None:
@@ -76,6 +87,21 @@ def plan_evidence(
     return EvidencePlan(new, new != old.wire(), create, finished)
 
 
+def _spec_problem(body: dict[str, Any]) -> str | None:
+    try:
+        evidence = Evidence.model_validate({k: body.get(k) for k in ("metadata", "spec")})
+    except ValidationError as exc:
+        return f"invalid spec: {exc}"
+    spec = evidence.spec
+    expected = check_definition_digest(spec.command, spec.image)
+    if spec.definition_digest is not None and spec.definition_digest != expected:
+        return (
+            f"spec.definitionDigest {spec.definition_digest} is not the digest of this command "
+            f"and image ({expected}); the check is not run"
+        )
+    return None
+
+
 def _pod_name(body: dict[str, Any]) -> str:
     return naming.evidence_pod_name(str(body["metadata"]["name"]))
 
@@ -95,6 +121,17 @@ def _from_pod(
             }
         ), True
     term = _terminated(pod, init=False)
+    pod_status = pod.get("status") or {}
+    if pod_status.get("phase") == "Failed" and pod_status.get("reason") == "DeadlineExceeded":
+        message = str(pod_status.get("message") or "the check ran past its deadline")
+        return old.model_copy(
+            update={
+                "verdict": "Error",
+                "exit_code": term.get("exitCode") if term else None,
+                "finished": now,
+                "log_tail": ((log_tail or "") + "\n" + message).strip()[-_LOG_LIMIT:],
+            }
+        ), True
     if term is None:
         return old, False
     code = int(term.get("exitCode", -1))
