@@ -204,9 +204,12 @@ def part_one(plane: controlplane.ControlPlane, api: Api, model_url: str, n: int)
     new_namespace(plane, ns)
     node_dir = WORK / "node"
     shutil.rmtree(node_dir, ignore_errors=True)
-    node = stack.start_local_node(plane.kubeconfig, node_dir, "bench-node", WORK / "node.log")
-    operator = start_operator(plane, ns, model_url, WORK / "operator-real.log")
     repo = make_repo()
+    # The node hides root's home from its containers; the repository is shared read-only.
+    node = stack.start_local_node(
+        plane.kubeconfig, node_dir, "bench-node", WORK / "node.log", shares=(repo,)
+    )
+    operator = start_operator(plane, ns, model_url, WORK / "operator-real.log")
     pod_seen: dict[str, float] = {}
     admitted: dict[str, float] = {}
     stop = threading.Event()

@@ -104,8 +104,9 @@ def _start(pids: dict[str, int]) -> dict[str, str]:
     shutil.copy(plane.kubeconfig, DEV_DIR / "kubeconfig")
 
     node_log = LOGS / "local-node.log"
+    REPOS.mkdir(parents=True, exist_ok=True)
     node = stack.start_local_node(
-        plane.kubeconfig, DEV_DIR / "node", NODE_NAME, node_log, detach=True
+        plane.kubeconfig, DEV_DIR / "node", NODE_NAME, node_log, detach=True, shares=(REPOS,)
     )
     _record(pids, "local-node", node.pid)
 

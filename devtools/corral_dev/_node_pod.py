@@ -4,6 +4,11 @@ Init containers run in order, then every container at once; each is restarted pe
 restartPolicy; readiness comes from httpGet probes on the pod's own loopback IP; every change
 is written to the pod's status subresource. A process gets only its container's environment,
 PATH (the project's venv first) and HOME, with each mount path rewritten to its host directory.
+
+As root, volumes are owned as the kubelet owns them (emptyDir 0777, API data files with their
+modes; with an fsGroup, group-owned by it with the group bits and setgid the kubelet adds), and
+each process starts through `_node_sandbox`: its own mount namespace showing only its own
+volumes, its securityContext's uid, gid and groups, its capability bounding set.
 """
 
 from __future__ import annotations
@@ -21,14 +26,21 @@ from typing import Any
 
 import httpx
 
+from ._node_host import NodeHost
 from ._node_kube import KubeError, NodeKube
 from ._node_spec import (
+    API_VOLUME_DIR_MODE,
+    EMPTY_DIR_MODE,
     ContainerConfigError,
     ContainerRun,
     PodFacts,
     container_env,
+    container_security,
     expand_vars,
     field_value,
+    fs_group_mode,
+    fs_user,
+    identity_refusal,
     pod_phase,
     pod_status,
     probe_url,
@@ -36,6 +48,7 @@ from ._node_spec import (
     remap,
     restart_wanted,
     secret_data,
+    token_mode,
 )
 
 log = logging.getLogger("corral.localnode")
@@ -53,14 +66,46 @@ def now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def _write_atomic(path: Path, data: bytes, mode: int = 0o644) -> None:
+class Owner:
+    """Who owns a pod's volume files: the fsGroup (group) and, for projected service-account
+    tokens, the fsUser (the kubelet's FsUserFrom). None for each when unset or not root."""
+
+    def __init__(self, fs_group: int | None = None, fs_user: int | None = None) -> None:
+        self.fs_group = fs_group
+        self.fs_user = fs_user
+
+    def file_mode(self, mode: int) -> int:
+        """An API data file's mode: the kubelet adds group read for the fsGroup."""
+        if self.fs_group is None:
+            return mode
+        return fs_group_mode(mode, is_dir=False, read_only=True)
+
+    def own_dir(self, path: Path, mode: int, *, read_only: bool) -> None:
+        """Give a volume directory its mode, and the fsGroup (setgid, group bits) when set."""
+        if self.fs_group is not None:
+            os.chown(path, -1, self.fs_group)
+            mode = fs_group_mode(mode, is_dir=True, read_only=read_only)
+        os.chmod(path, mode)
+
+
+def _write_atomic(
+    path: Path, data: bytes, mode: int = 0o644, *, uid: int | None = None, gid: int | None = None
+) -> None:
     with contextlib.suppress(OSError):
-        if path.read_bytes() == data and path.stat().st_mode & 0o777 == mode:
+        st = path.stat()
+        if (
+            path.read_bytes() == data
+            and st.st_mode & 0o7777 == mode
+            and (uid is None or st.st_uid == uid)
+            and (gid is None or st.st_gid == gid)
+        ):
             return  # unchanged: a periodic refresh leaves the file alone
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_bytes(data)
-    tmp.chmod(mode)
+    if uid is not None or gid is not None:
+        os.chown(tmp, -1 if uid is None else uid, -1 if gid is None else gid)
+    tmp.chmod(mode)  # after chown, which clears set-id bits
     os.replace(tmp, path)
 
 
@@ -74,7 +119,7 @@ class PodRunner:
         pod_ip: str,
         host_ip: str,
         pod_dir: Path,
-        venv_bin: Path,
+        host: NodeHost,
     ) -> None:
         self.kube = kube
         self.pod = pod
@@ -86,7 +131,8 @@ class PodRunner:
         self.pod_ip = pod_ip
         self.host_ip = host_ip
         self.dir = pod_dir
-        self.venv_bin = venv_bin
+        self.host = host
+        self.venv_bin = host.venv_bin
         self.facts = PodFacts(
             name=self.name,
             namespace=self.namespace,
@@ -115,6 +161,12 @@ class PodRunner:
         self._tasks: list[asyncio.Task[None]] = []
         self._conditions: list[dict[str, Any]] = []
         self._tokens: list[tuple[Path, dict[str, Any], int, int]] = []
+        self.refused: tuple[str, str] | None = None  # (reason, message): the node cannot run it
+        fs_group = (self.spec.get("securityContext") or {}).get("fsGroup")
+        self.owner = Owner(
+            int(fs_group) if fs_group is not None and host.root else None,
+            fs_user(self.spec) if host.root else None,
+        )
 
     @property
     def key(self) -> str:
@@ -126,7 +178,29 @@ class PodRunner:
 
     # ------------------------------------------------------------------------------- lifecycle
 
+    def _refusal(self) -> str | None:
+        """Why this node cannot run the pod as asked (an identity only root can take)."""
+        for container in [*self.spec.get("initContainers", []), *self.spec.get("containers", [])]:
+            try:
+                security = container_security(self.spec, container)
+            except ContainerConfigError:
+                continue  # reported per container, as the kubelet does
+            why = identity_refusal(
+                security, self.host.uid, self.host.gid, can_switch=self.host.root
+            )
+            if why:
+                return f"container {container['name']!r}: {why}"
+        return None
+
     async def _run(self) -> None:
+        refusal = self._refusal()
+        if refusal is not None:
+            log.warning("pod %s refused: %s", self.key, refusal)
+            self.refused = ("UnsupportedIdentity", refusal)
+            for run in self.init_runs + self.main_runs:
+                run.reason, run.message = "CreateContainerConfigError", refusal
+            self._dirty.set()
+            return
         while True:
             # Retried like the kubelet does: a Secret or the root CA ConfigMap may come later.
             try:
@@ -185,10 +259,15 @@ class PodRunner:
         for volume in self.spec.get("volumes", []):
             name = volume["name"]
             target = self.dir / "volumes" / name
+            fresh = not target.exists()
             target.mkdir(parents=True, exist_ok=True)
             self.volumes[name] = target
             if "emptyDir" in volume:
+                if fresh and self.host.root:
+                    self.owner.own_dir(target, EMPTY_DIR_MODE, read_only=False)
                 continue
+            if fresh and self.host.root:
+                self.owner.own_dir(target, API_VOLUME_DIR_MODE, read_only=True)
             if "secret" in volume:
                 source = volume["secret"]
                 await self._write_object(
@@ -246,7 +325,7 @@ class PodRunner:
         for key, path, file_mode in pairs:
             if key not in data:
                 raise ContainerConfigError(f"{plural} {name!r} has no key {key!r}")
-            _write_atomic(target / path, data[key].encode(), file_mode)
+            self._write_file(target, path, data[key].encode(), file_mode)
 
     async def _write_projection(
         self, target: Path, source: dict[str, Any], mode: int, *, refresh: bool
@@ -291,7 +370,14 @@ class PodRunner:
                 },
             },
         )
-        _write_atomic(target / source["path"], answer["status"]["token"].encode(), mode)
+        mode = self.owner.file_mode(token_mode(mode, self.owner.fs_user, self.owner.fs_group))
+        _write_atomic(
+            target / source["path"],
+            answer["status"]["token"].encode(),
+            mode,
+            uid=self.owner.fs_user,
+            gid=self.owner.fs_group,
+        )
         return expiry
 
     async def _refresh_token(
@@ -310,21 +396,49 @@ class PodRunner:
             if "fieldRef" not in item:
                 raise ContainerConfigError("downwardAPI: only fieldRef items are supported")
             value = field_value(self.facts, item["fieldRef"]["fieldPath"])
-            _write_atomic(target / item["path"], value.encode(), int(item.get("mode", mode)))
+            self._write_file(target, item["path"], value.encode(), int(item.get("mode", mode)))
+
+    def _write_file(self, volume: Path, relative: str, data: bytes, mode: int) -> None:
+        """An API data file (secret, configMap, downwardAPI), owned for the pod's fsGroup."""
+        path = volume / relative
+        if not path.parent.exists() and self.host.root:
+            path.parent.mkdir(parents=True)
+            for parent in [path.parent, *path.parent.parents]:
+                if parent == volume:
+                    break
+                self.owner.own_dir(parent, API_VOLUME_DIR_MODE, read_only=True)
+        _write_atomic(path, data, self.owner.file_mode(mode), gid=self.owner.fs_group)
 
     # ------------------------------------------------------------------------------ containers
 
-    def _mounts(self, container: dict[str, Any]) -> list[tuple[str, str]]:
-        mounts = []
-        for mount in container.get("volumeMounts", []):
+    def _mounts(self, container: dict[str, Any]) -> list[tuple[str, str, str, bool]]:
+        """(mountPath, host path, source directory, read-only) for each of the container's
+        volumeMounts. API data volumes (secret, configMap, projected, downwardAPI) are always
+        read-only, as the kubelet mounts them. The host path is the source directory, except
+        for a read-only mount of a directory this container also mounts read-write: in its
+        mount namespace that one is a read-only bind at a path of its own."""
+        kinds = {v["name"]: v for v in self.spec.get("volumes", [])}
+        mounts: list[tuple[str, str, str, bool]] = []
+        for index, mount in enumerate(container.get("volumeMounts", [])):
             host = self.volumes.get(mount["name"])
             if host is None:
                 raise ContainerConfigError(f"volumeMount {mount['name']!r} names no volume")
+            api_data = "emptyDir" not in kinds.get(mount["name"], {})
             if mount.get("subPath"):
                 host = host / mount["subPath"]
-                host.mkdir(parents=True, exist_ok=True)
-            mounts.append((mount["mountPath"], str(host)))
-        return mounts
+                if not host.exists():
+                    host.mkdir(parents=True)
+                    if self.host.root and not api_data:
+                        self.owner.own_dir(host, EMPTY_DIR_MODE, read_only=False)
+            read_only = bool(mount.get("readOnly")) or api_data
+            view = self.dir / "views" / container["name"] / str(index)
+            mounts.append((mount["mountPath"], str(view), str(host), read_only))
+        writable = {source for _, _, source, read_only in mounts if not read_only}
+        return [
+            (path, view if self.host.root and read_only and source in writable else source,
+             source, read_only)
+            for path, view, source, read_only in mounts
+        ]  # fmt: skip
 
     async def _environment(self, container: dict[str, Any]) -> dict[str, str]:
         secret_names, config_map_names = referenced_objects({"spec": {"containers": [container]}})
@@ -343,7 +457,12 @@ class PodRunner:
     async def _spawn(
         self, container: dict[str, Any], run: ContainerRun
     ) -> asyncio.subprocess.Process:
-        mounts = self._mounts(container)
+        security = container_security(self.spec, container)
+        why = identity_refusal(security, self.host.uid, self.host.gid, can_switch=self.host.root)
+        if why:
+            raise ContainerConfigError(why)
+        volume_mounts = self._mounts(container)
+        mounts = [(path, host) for path, host, _, _ in volume_mounts]
         env = {k: remap(v, mounts) for k, v in (await self._environment(container)).items()}
         argv = [
             remap(expand_vars(str(a), env), mounts)
@@ -355,21 +474,55 @@ class PodRunner:
             )
         home = self.dir / "home" / container["name"]
         home.mkdir(parents=True, exist_ok=True)
-        path = f"{self.venv_bin}:{env.get('PATH') or SYSTEM_PATH}"
-        process_env = {"HOSTNAME": self.name, "HOME": str(home), **env, "PATH": path}
+        if self.host.root and security.uid is not None:
+            os.chown(home, security.uid, security.gid if security.gid is not None else 0)
+            home.chmod(0o700)
+
+        def search_path(exec_dir: Path | None) -> str:
+            first = [str(self.venv_bin), *([str(exec_dir)] if exec_dir else [])]
+            return ":".join([*first, env.get("PATH") or SYSTEM_PATH])
+
+        # The exec service's binary goes on PATH once known; a command that is not found
+        # without it (corral-exec itself) waits for it.
+        exec_dir = self.host.exec_dir_now()
+        path = search_path(exec_dir)
         executable = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=path)
+        if executable is None and exec_dir is None:
+            exec_dir = await self.host.exec_dir()
+            path = search_path(exec_dir)
+            executable = shutil.which(argv[0], path=path)
         if executable is None:
-            raise ContainerConfigError(f"executable {argv[0]!r} not found on {path}")
+            raise ContainerConfigError(
+                f"executable {argv[0]!r} not found on {path}{self.host.missing_hint()}"
+            )
+        process_env = {"HOSTNAME": self.name, "HOME": str(home), **env, "PATH": path}
         cwd = remap(container["workingDir"], mounts) if container.get("workingDir") else str(home)
         Path(cwd).mkdir(parents=True, exist_ok=True)
         logs = self.dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        with (logs / f"{container['name']}.log").open("ab") as out:
-            return await asyncio.create_subprocess_exec(
-                executable,
-                *argv[1:],
+        command = [executable, *argv[1:]]
+        if self.host.root:
+            # Its own mount namespace with only its volumes, and its own identity.
+            binds = [(source, host_path, ro) for _, host_path, source, ro in volume_mounts]
+            binds.append((str(home), str(home), False))
+            plan = self.host.plan(binds, exec_dir)
+            spec = self.host.sandbox_spec(
+                security=security,
+                plan=plan,
+                executable=executable,
+                argv=command,
                 env=process_env,
                 cwd=cwd,
+            )
+            spec_file = self.dir / "run" / f"{container['name']}.json"
+            self.host.write_spec(spec_file, spec)
+            command, process_env = self.host.launcher(spec_file), {}
+        with (logs / f"{container['name']}.log").open("ab") as out:
+            return await asyncio.create_subprocess_exec(
+                command[0],
+                *command[1:],
+                env=process_env,
+                cwd=cwd if not self.host.root else "/",
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=out,
                 stderr=asyncio.subprocess.STDOUT,
@@ -452,6 +605,8 @@ class PodRunner:
 
     def status(self) -> dict[str, Any]:
         phase = pod_phase(self.init_runs, self.main_runs, self.restart_policy, self.init_failed)
+        if self.refused is not None:
+            phase = "Failed"
         status = pod_status(
             phase=phase,
             pod_ip=self.pod_ip,
@@ -463,6 +618,8 @@ class PodRunner:
             previous_conditions=self._conditions,
         )
         self._conditions = status["conditions"]
+        if self.refused is not None:
+            status["reason"], status["message"] = self.refused
         return status
 
     async def _status_writer(self) -> None:

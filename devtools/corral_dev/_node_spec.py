@@ -5,6 +5,7 @@ status the API server gets. No I/O here; `_node_pod` does the running.
 from __future__ import annotations
 
 import base64
+import posixpath
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -312,3 +313,252 @@ def pod_status(
     if init:
         status["initContainerStatuses"] = [c.wire() for c in init]
     return status
+
+
+# ----------------------------------------------------------------- identity and capabilities
+
+# Linux capability numbers: a name's index in this tuple (linux/capability.h).
+CAPABILITIES = (
+    "CHOWN", "DAC_OVERRIDE", "DAC_READ_SEARCH", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
+    "SETPCAP", "LINUX_IMMUTABLE", "NET_BIND_SERVICE", "NET_BROADCAST", "NET_ADMIN", "NET_RAW",
+    "IPC_LOCK", "IPC_OWNER", "SYS_MODULE", "SYS_RAWIO", "SYS_CHROOT", "SYS_PTRACE", "SYS_PACCT",
+    "SYS_ADMIN", "SYS_BOOT", "SYS_NICE", "SYS_RESOURCE", "SYS_TIME", "SYS_TTY_CONFIG", "MKNOD",
+    "LEASE", "AUDIT_WRITE", "AUDIT_CONTROL", "SETFCAP", "MAC_OVERRIDE", "MAC_ADMIN", "SYSLOG",
+    "WAKE_ALARM", "BLOCK_SUSPEND", "AUDIT_READ", "PERFMON", "BPF", "CHECKPOINT_RESTORE",
+)  # fmt: skip
+# What containerd (and Docker) give a container that asks for no change.
+RUNTIME_DEFAULT_CAPABILITIES = frozenset(
+    {
+        "CHOWN", "DAC_OVERRIDE", "FSETID", "FOWNER", "MKNOD", "NET_RAW", "SETGID", "SETUID",
+        "SETFCAP", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "KILL", "AUDIT_WRITE",
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ContainerSecurity:
+    """What a container's process runs as, from the pod's and the container's securityContext.
+
+    `uid` None means no runAsUser anywhere: the local node then runs the process as its own
+    user (the image's USER, which a real runtime would use, does not exist here)."""
+
+    uid: int | None
+    gid: int | None
+    groups: tuple[int, ...]  # supplementary: fsGroup, then supplementalGroups
+    no_new_privs: bool
+    capabilities: frozenset[str]  # the bounding set the process keeps
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _cap_name(name: str) -> str:
+    return str(name).upper().removeprefix("CAP_")
+
+
+def container_capabilities(security_context: dict[str, Any]) -> frozenset[str]:
+    """The bounding set as containerd builds it: the runtime's default set (everything when
+    privileged), `drop: [ALL]` empties it, other drops remove, adds come last and win."""
+    if security_context.get("privileged"):
+        return frozenset(CAPABILITIES)
+    caps = security_context.get("capabilities") or {}
+    add = {_cap_name(c) for c in caps.get("add") or []}
+    drop = {_cap_name(c) for c in caps.get("drop") or []}
+    unknown = (add | drop) - set(CAPABILITIES) - {"ALL"}
+    if unknown:
+        raise ContainerConfigError(f"unknown capabilities {sorted(unknown)}")
+    base = frozenset(CAPABILITIES) if "ALL" in add else RUNTIME_DEFAULT_CAPABILITIES
+    kept = set() if "ALL" in drop else {c for c in base if c not in drop}
+    return frozenset(kept | (add - {"ALL"}))
+
+
+def container_security(pod_spec: dict[str, Any], container: dict[str, Any]) -> ContainerSecurity:
+    """The effective identity of `container`: its securityContext over the pod's, as the
+    kubelet's DetermineEffectiveSecurityContext merges them. Raises ContainerConfigError for
+    a container the kubelet would not start (runAsNonRoot with runAsUser 0)."""
+    pod_sc: dict[str, Any] = pod_spec.get("securityContext") or {}
+    sc: dict[str, Any] = container.get("securityContext") or {}
+
+    def pick(key: str) -> Any:
+        return sc[key] if sc.get(key) is not None else pod_sc.get(key)
+
+    uid = _int_or_none(pick("runAsUser"))
+    gid = _int_or_none(pick("runAsGroup"))
+    if pick("runAsNonRoot") and uid == 0:
+        raise ContainerConfigError(
+            f"container {container.get('name')!r}: runAsUser 0 breaks the runAsNonRoot policy"
+        )
+    groups: list[int] = []
+    fs_group = _int_or_none(pod_sc.get("fsGroup"))
+    for group in ([fs_group] if fs_group is not None else []) + [
+        int(g) for g in pod_sc.get("supplementalGroups") or []
+    ]:
+        if group not in groups:
+            groups.append(group)
+    if uid is not None and gid is None:
+        gid = 0  # a uid the image's /etc/passwd does not name gets group 0 from the runtime
+    return ContainerSecurity(
+        uid=uid,
+        gid=gid,
+        groups=tuple(groups),
+        no_new_privs=sc.get("allowPrivilegeEscalation") is False,
+        capabilities=container_capabilities(sc),
+    )
+
+
+def identity_refusal(
+    security: ContainerSecurity, node_uid: int, node_gid: int, *, can_switch: bool
+) -> str | None:
+    """Why a node that cannot switch users (not root), running as `node_uid`:`node_gid`,
+    cannot honour `security`, or None. Such a node runs no pod as someone it is not."""
+    if can_switch:
+        return None
+    cannot = (
+        f"but the local node cannot switch users: it runs as uid {node_uid}, not as root "
+        "with user switching on; start the node as root"
+    )
+    if security.uid is not None and security.uid != node_uid:
+        return f"runAsUser {security.uid} asked for, {cannot}"
+    if security.uid is not None and security.gid is not None and security.gid != node_gid:
+        return f"runAsGroup {security.gid} asked for, {cannot}"
+    return None
+
+
+def fs_user(pod_spec: dict[str, Any]) -> int | None:
+    """The kubelet's FsUserFrom: the one runAsUser every container (init ones too) runs as,
+    or None when one has none or two differ. It owns projected service-account tokens."""
+    found: int | None = None
+    for container in [*pod_spec.get("initContainers", []), *pod_spec.get("containers", [])]:
+        pod_sc = pod_spec.get("securityContext") or {}
+        sc = container.get("securityContext") or {}
+        uid = _int_or_none(sc.get("runAsUser", pod_sc.get("runAsUser")))
+        if uid is None or (found is not None and uid != found):
+            return None
+        found = uid
+    return found
+
+
+# ------------------------------------------------------------------------------ volume modes
+
+EMPTY_DIR_MODE = 0o777  # the kubelet creates an emptyDir 0777, whatever its umask
+API_VOLUME_DIR_MODE = 0o755  # a secret/configMap/projected/downwardAPI volume's directory
+RW_MASK, RO_MASK, EXEC_MASK, SETGID = 0o660, 0o440, 0o110, 0o2000
+
+
+def fs_group_mode(mode: int, *, is_dir: bool, read_only: bool) -> int:
+    """The mode after the kubelet's SetVolumeOwnership for an fsGroup (its
+    changeFilePermission): group rw added (r for the read-only API volumes), and on
+    directories group x and setgid, so new files inherit the group."""
+    mask = RO_MASK if read_only else RW_MASK
+    if is_dir:
+        mask |= SETGID | EXEC_MASK
+    return mode | mask
+
+
+def token_mode(default_mode: int, fs_user_id: int | None, fs_group_id: int | None) -> int:
+    """A projected service-account token's mode: 0600 when the pod has an fsUser or fsGroup
+    (SetVolumeOwnership then makes it 0640 for the group), else the volume's defaultMode."""
+    return 0o600 if fs_user_id is not None or fs_group_id is not None else default_mode
+
+
+# ------------------------------------------------------------------------- mount namespaces
+
+
+@dataclass(frozen=True)
+class MountOp:
+    """One step of a container's mount namespace: a fresh tmpfs over `target` (hiding what
+    was there), or `source` bind-mounted at `target`; `owned`: read-only and idmapped so that
+    root's files there show as the container user's."""
+
+    kind: str  # "tmpfs" | "bind"
+    target: str
+    source: str = ""
+    read_only: bool = False
+    mode: int = 0o755
+    owned: bool = False
+
+
+# Never hidden, even when asked: the system the processes run on (nothing at or below these,
+# nor /etc itself or anything above them).
+_SYSTEM = ("/bin", "/dev", "/lib", "/lib32", "/lib64", "/proc", "/sbin", "/sys", "/usr")
+
+
+# World-writable directories: each container gets its own, empty (as in a real container).
+SHARED_TMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run/lock")
+
+
+def _hideable(path: str) -> bool:
+    if path in SHARED_TMP_DIRS:
+        return True
+    return not any(_inside(path, system) or _inside(system, path) for system in _SYSTEM) and (
+        not _inside("/etc", path)
+    )
+
+
+def _norm(path: str) -> str:
+    return posixpath.normpath(path) if path.startswith("/") else posixpath.normpath("/" + path)
+
+
+def _inside(path: str, parent: str) -> bool:
+    """`path` is `parent` or below it."""
+    return parent == "/" or path == parent or path.startswith(parent.rstrip("/") + "/")
+
+
+def mount_plan(
+    hide: list[str],
+    binds: list[tuple[str, str, bool]],
+    tmp_dirs: tuple[str, ...] = SHARED_TMP_DIRS,
+    owned: tuple[str, ...] = (),
+) -> list[MountOp]:
+    """The steps that build a container's view: every `hide` path behind a fresh tmpfs, then
+    each (source, target, read_only) bind back on top, parents before children.
+
+    A hide that would cover the system (`/`, /usr and below, /etc...) is dropped, as is one
+    already covered by another hide with no bind in between. A bind of a path onto itself that an
+    identical enclosing bind already shows is dropped. A path bound twice keeps the last
+    read-only flag of the most permissive kind (read-write wins), so a volume mounted twice
+    stays writable where one mount asked so. `tmp_dirs` get a sticky, world-writable tmpfs.
+    Binds whose target is in `owned` are read-only and owned (see MountOp).
+    """
+    owned = tuple(_norm(o) for o in owned)
+    hides = {_norm(h) for h in hide if _hideable(_norm(h))}
+    by_target: dict[str, tuple[str, bool]] = {}
+    for source, target, read_only in binds:
+        key = _norm(target)
+        if key in by_target:
+            read_only = read_only and by_target[key][1]
+        by_target[key] = (_norm(source), read_only)
+
+    def enclosing(path: str) -> tuple[str, str] | None:
+        """The nearest op strictly above `path`: ("tmpfs"|"bind", its target)."""
+        best: tuple[str, str] | None = None
+        for other in [*hides, *by_target]:
+            if other != path and _inside(path, other):
+                kind = "tmpfs" if other in hides else "bind"
+                if best is None or len(other) > len(best[1]):
+                    best = (kind, other)
+        return best
+
+    ops: list[MountOp] = []
+    for path in hides:
+        above = enclosing(path)
+        if above is not None and above[0] == "tmpfs":
+            continue  # already hidden, and nothing bound in between brings it back
+        mode = 0o1777 if path in tmp_dirs else 0o755
+        ops.append(MountOp("tmpfs", path, mode=mode))
+    for target, (source, read_only) in by_target.items():
+        above = enclosing(target)
+        if source == target and above is not None and above[0] == "bind":
+            outer_source, outer_ro = by_target[above[1]]
+            redundant = outer_source == above[1] and outer_ro == read_only
+            if redundant and target not in hides and target not in owned:
+                continue  # the enclosing identity bind shows it already
+        if target in owned:
+            ops.append(MountOp("bind", target, source=source, read_only=True, owned=True))
+            continue
+        ops.append(MountOp("bind", target, source=source, read_only=read_only))
+    # Parents first; at one path the tmpfs goes before what is bound onto it.
+    ops.sort(key=lambda op: (op.target.count("/") if op.target != "/" else 0, op.kind != "tmpfs",
+                             op.target))  # fmt: skip
+    return ops

@@ -7,7 +7,13 @@ its own loopback address 127.0.X.Y, writes pod status (phase, IPs, conditions, c
 states, readiness) through pods/status, and kills the processes when the pod is deleted. Nothing
 else is replaced: the API server, admission, RBAC and the operator are the real ones.
 
-    python -m corral_dev.localnode --kubeconfig K --workdir D [--node-name N]
+Run as root, each container process runs as its securityContext's uid, gid and groups (fsGroup
+included), in its own mount namespace where only its own volumes are visible: the node's
+workdir, /root, /tmp and the cluster's state directory are hidden, and the Python installation,
+the venv, the sources and any `--share` directory (read-only) are bound back. Not as root, it
+says so and refuses pods that ask for a user it cannot switch to.
+
+    python -m corral_dev.localnode --kubeconfig K --workdir D [--node-name N] [--share DIR]...
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import shutil
 import signal
@@ -25,6 +32,7 @@ from typing import Any
 
 import httpx
 
+from ._node_host import NodeHost, shares_from_env
 from ._node_kube import Gone, KubeError, NodeKube
 from ._node_pod import PodRunner, now
 
@@ -73,11 +81,24 @@ class LocalNode:
         workdir: Path,
         node_name: str = DEFAULT_NODE_NAME,
         venv_bin: Path | None = None,
+        shares: list[Path] | None = None,
+        root: bool | None = None,
     ) -> None:
+        """`shares`: host directories every container sees read-only (by default those in
+        $CORRAL_NODE_SHARE). `root`: whether to switch users and isolate mounts (by default,
+        whether the node runs as root; False runs every process as the node's user)."""
         self.kubeconfig = kubeconfig
         self.workdir = workdir
         self.node_name = node_name
         self.venv_bin = venv_bin or Path(sys.executable).parent
+        self.host = NodeHost(
+            workdir=workdir,
+            venv_bin=self.venv_bin,
+            kubeconfig=kubeconfig,
+            shares=shares_from_env() if shares is None else list(shares),
+        )
+        if root is not None:
+            self.host.root = root and os.geteuid() == 0
         self.pool = LoopbackPool()
         self.pods: dict[str, PodRunner] = {}  # by uid
         self._stop = asyncio.Event()
@@ -89,6 +110,18 @@ class LocalNode:
 
     async def run(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        if self.host.root:
+            # Only root reads the node's client keys and the pods' directories.
+            for part in ("client", "pods"):
+                (self.workdir / part).mkdir(mode=0o700, exist_ok=True)
+        else:
+            log.warning(
+                "the local node runs as uid %d, not as root with user switching on: every "
+                "container runs as this user with no mount isolation, and a pod asking for "
+                "another runAsUser is refused",
+                os.geteuid(),
+            )
+        self.host.start()
         self._kube = NodeKube(self.kubeconfig, self.workdir / "client")
         try:
             await self._register()
@@ -127,7 +160,13 @@ class LocalNode:
                     "type": "Ready",
                     "status": "True",
                     "reason": "LocalNodeReady",
-                    "message": "the corral local node runs pods as local processes",
+                    "message": "the corral local node runs pods as local processes"
+                    + (
+                        ", each container as its own uid in its own mount namespace"
+                        if self.host.root
+                        else "; not root: no user switching, pods asking for a runAsUser "
+                        "other than the node's are refused"
+                    ),
                     "lastHeartbeatTime": stamp,
                     "lastTransitionTime": stamp,
                 }
@@ -262,7 +301,7 @@ class LocalNode:
             pod_ip=self.pool.take((pod.get("status") or {}).get("podIP")),
             host_ip=HOST_IP,
             pod_dir=pod_dir,
-            venv_bin=self.venv_bin,
+            host=self.host,
         )
         self.pods[meta["uid"]] = runner
         log.info("pod %s/%s starts on %s", meta["namespace"], meta["name"], runner.pod_ip)
@@ -320,10 +359,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, required=True, help="pod dirs and logs")
     parser.add_argument("--node-name", default=DEFAULT_NODE_NAME)
     parser.add_argument("--venv-bin", type=Path, default=None, help="bin dir first on PATH")
+    parser.add_argument(
+        "--share",
+        type=Path,
+        action="append",
+        default=None,
+        help="a host directory every container sees read-only (repeatable; default: "
+        "$CORRAL_NODE_SHARE, os.pathsep-separated), e.g. local git repositories to clone",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request is noise
-    node = LocalNode(args.kubeconfig, args.workdir, args.node_name, args.venv_bin)
+    shares = None if args.share is None else [*shares_from_env(), *args.share]
+    node = LocalNode(args.kubeconfig, args.workdir, args.node_name, args.venv_bin, shares)
 
     async def run() -> None:
         loop = asyncio.get_running_loop()

@@ -176,8 +176,13 @@ def start_local_node(
     log: Path | None = None,
     *,
     detach: bool = False,
+    shares: tuple[Path, ...] = (),
 ) -> subprocess.Popen[bytes]:
-    """The local node (`python -m corral_dev.localnode`) for the cluster behind `kubeconfig`."""
+    """The local node (`python -m corral_dev.localnode`) for the cluster behind `kubeconfig`.
+
+    `shares`: host directories every container sees read-only, such as the local git
+    repositories sessions clone (everything else of the host's /tmp and /root is hidden).
+    """
     argv = [
         sys.executable,
         "-m",
@@ -189,6 +194,8 @@ def start_local_node(
         "--node-name",
         node_name,
     ]
+    for share in shares:
+        argv += ["--share", str(share)]
     return _spawn(argv, log, env=without_credentials(os.environ), detach=detach)
 
 

@@ -3,6 +3,10 @@
 Registered in conftest.py with `from ._node_fixtures import *`. Session-scoped: one node serves
 every test (pods live in each test's own namespace). The node's pod directories are under
 `local_node.workdir / "pods"`, one per pod, with `logs/<container>.log` inside.
+
+The node runs as root (as the tests do), so each container runs as its own uid in its own mount
+namespace, where /root is hidden: the test repositories (`TEST_REPOS`, which `git_repo` fills)
+are shared with every container read-only, as a git server would serve them.
 """
 
 from __future__ import annotations
@@ -17,8 +21,12 @@ from pathlib import Path
 import pytest
 
 from corral_dev import controlplane, stack
+from corral_dev._node_host import SHARE_ENV
 
-__all__ = ["LocalNodeHandle", "local_node"]
+__all__ = ["TEST_REPOS", "LocalNodeHandle", "local_node"]
+
+# Outside /tmp and shared with the node's containers (see _operator_fixtures.git_repo).
+TEST_REPOS = Path.home() / ".cache" / "corral" / "test-repos"
 
 
 @dataclass
@@ -40,7 +48,10 @@ def local_node(control_plane: controlplane.ControlPlane) -> Iterator[LocalNodeHa
     workdir = Path(tempfile.mkdtemp(prefix="corral-node-"))
     name = "corral-local-node"
     log = workdir / "node.log"
-    process = stack.start_local_node(control_plane.kubeconfig, workdir, name, log)
+    TEST_REPOS.mkdir(parents=True, exist_ok=True)
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv(SHARE_ENV, str(TEST_REPOS))  # for the node process only
+        process = stack.start_local_node(control_plane.kubeconfig, workdir, name, log)
     handle = LocalNodeHandle(name, workdir, process, log)
     try:
         deadline = time.monotonic() + 30

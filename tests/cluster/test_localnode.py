@@ -1,6 +1,8 @@
 """The local node against the real API server: binding, init containers, readiness on the
 pod's own loopback IP, env from fieldRef and secretKeyRef, a projected service-account token
-the API server accepts, restart policy, and processes killed when the pod is deleted.
+the API server accepts, restart policy, and processes killed when the pod is deleted. Run as
+root (as here), each container runs as its own uid in its own mount namespace, seeing only its
+own volumes, owned as the kubelet owns them; a node that cannot switch users refuses such pods.
 """
 
 from __future__ import annotations
@@ -8,7 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +24,7 @@ import pytest
 
 from corral_dev.controlplane import ControlPlane
 
-from ._node_fixtures import LocalNodeHandle
+from ._node_fixtures import TEST_REPOS, LocalNodeHandle
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -226,7 +231,10 @@ def test_a_projected_service_account_token_is_one_the_api_server_accepts(
     volumes = local_node.pod_dir(namespace, "tokened") / "volumes"
     token_file = volumes / "sa" / "token"
     token = token_file.read_text()
-    assert oct(token_file.stat().st_mode & 0o777) == "0o440"
+    # As the kubelet writes it: every container runs as uid 10001 (its FsUserFrom), so the
+    # token is 0600 and that uid's, whatever the volume's defaultMode says.
+    assert oct(token_file.stat().st_mode & 0o777) == "0o600"
+    assert token_file.stat().st_uid == 10001
 
     # An edited ConfigMap reaches the running pod's files, as the kubelet syncs them.
     assert (volumes / "agent" / "model").read_text() == "first"
@@ -391,6 +399,278 @@ async def test_the_node_as_a_library_runs_pods_and_kills_them_when_it_stops(
     await asyncio.wait_for(running, timeout=15)
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+# ------------------------------------------------------------- identities and mount isolation
+
+FS_GROUP = 10000
+
+# Container A: its id, its own secret, a file in its private volume and one in the shared one.
+OWNER_SCRIPT = """
+import json, os, subprocess, time
+out = {"id": subprocess.run(["id"], capture_output=True, text=True).stdout.strip(),
+       "uid": os.getuid(), "gid": os.getgid(), "groups": sorted(os.getgroups())}
+out["secret"] = open(os.environ["CREDS"]).read()
+open(os.environ["PRIVATE"] + "/p.txt", "w").write("private")
+open(os.environ["SHARED"] + "/from-a.txt", "w").write("a")
+open(os.environ["OUTBOX"] + "/note.txt", "w").write("for b")
+for shared_tmp in ("/tmp", "/var/tmp", "/dev/shm"):
+    open(shared_tmp + "/from-a", "w").write("a")
+json.dump(out, open(os.environ["SHARED"] + "/a.tmp", "w"))
+os.rename(os.environ["SHARED"] + "/a.tmp", os.environ["SHARED"] + "/a.json")
+time.sleep(300)
+"""
+
+# Container B, another uid: everything it should not reach, by the host paths it can work out.
+PROBE_SCRIPT = """
+import errno, json, os, pathlib, subprocess, time
+shared = pathlib.Path(os.environ["SHARED"])
+view = pathlib.Path(os.environ["VIEW"])
+volumes = shared.parent
+def attempt(do):
+    try:
+        do()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode[e.errno]
+while not (shared / "a.json").exists():
+    time.sleep(0.05)
+out = {"id": subprocess.run(["id"], capture_output=True, text=True).stdout.strip(),
+       "uid": os.getuid(), "gid": os.getgid(), "groups": sorted(os.getgroups())}
+out["secret"] = attempt(lambda: open(volumes / "creds" / "token").read())
+out["private"] = attempt(lambda: os.listdir(volumes / "private"))
+out["private_file"] = attempt(lambda: open(volumes / "private" / "p.txt").read())
+out["write_shared"] = attempt(lambda: (shared / "from-b.txt").write_text("b"))
+out["read_view"] = attempt(lambda: (view / "from-a.txt").read_text())
+out["write_view"] = attempt(lambda: (view / "x.txt").write_text("x"))
+inbox = pathlib.Path(os.environ["INBOX"])
+out["read_inbox"] = attempt(lambda: (inbox / "note.txt").read_text())
+out["write_inbox"] = attempt(lambda: (inbox / "reply.txt").write_text("x"))
+out["kubeconfig"] = attempt(lambda: open(os.environ["KUBECONFIG_PATH"]).read())
+out["pods"] = sorted(os.listdir(volumes.parent.parent))
+out["root"] = sorted(os.listdir("/root"))
+out["tmp"] = sorted(os.listdir("/tmp"))
+out["shared_tmp"] = sorted(os.listdir("/var/tmp")) + sorted(os.listdir("/dev/shm"))
+# One PID namespace on the local node, but another uid's /proc/<pid>/environ stays closed.
+environ = {}
+for status in pathlib.Path("/proc").glob("[0-9]*/status"):
+    try:
+        lines = status.read_text().splitlines()
+    except OSError:
+        continue
+    uid = int(next(l for l in lines if l.startswith("Uid:")).split()[1])
+    if uid == 10001:
+        environ[status.parent.name] = attempt(lambda: (status.parent / "environ").read_bytes())
+out["environ"] = environ
+json.dump(out, open(shared / "b.tmp", "w"))
+os.rename(shared / "b.tmp", shared / "b.json")
+time.sleep(300)
+"""
+
+
+def test_containers_run_as_their_own_uids_and_see_only_their_own_volumes(
+    control_plane: ControlPlane, namespace: str, local_node: LocalNodeHandle
+) -> None:
+    control_plane.kubectl(
+        "create", "secret", "generic", "creds", "-n", namespace, "--from-literal=token=s3cr3t"
+    )
+    identity_a = {**RESTRICTED, "runAsUser": 10001, "runAsGroup": 10001}
+    identity_b = {**RESTRICTED, "runAsUser": 10002, "runAsGroup": 10002}
+    manifest = pod_manifest(
+        "split",
+        namespace,
+        [
+            container(
+                "owner",
+                ["python", "-c", OWNER_SCRIPT],
+                securityContext=identity_a,
+                env=[
+                    {"name": "CREDS", "value": "/etc/creds/token"},
+                    {"name": "PRIVATE", "value": "/private"},
+                    {"name": "SHARED", "value": "/shared"},
+                    {"name": "OUTBOX", "value": "/outbox"},
+                    {"name": "SECRET", "valueFrom": {"secretKeyRef": CREDS_TOKEN}},
+                ],
+                volumeMounts=[
+                    {"name": "shared", "mountPath": "/shared"},
+                    {"name": "private", "mountPath": "/private"},
+                    {"name": "outbox", "mountPath": "/outbox"},
+                    {"name": "creds", "mountPath": "/etc/creds", "readOnly": True},
+                ],
+            ),
+            container(
+                "prober",
+                ["python", "-c", PROBE_SCRIPT],
+                securityContext=identity_b,
+                env=[
+                    {"name": "SHARED", "value": "/shared"},
+                    {"name": "VIEW", "value": "/view"},
+                    {"name": "INBOX", "value": "/inbox"},
+                    {"name": "KUBECONFIG_PATH", "value": str(control_plane.kubeconfig)},
+                ],
+                volumeMounts=[
+                    {"name": "shared", "mountPath": "/shared"},
+                    # The shared volume again, read-only.
+                    {"name": "shared", "mountPath": "/view", "readOnly": True},
+                    # What A writes, read-only here.
+                    {"name": "outbox", "mountPath": "/inbox", "readOnly": True},
+                ],
+            ),
+        ],
+        securityContext={"fsGroup": FS_GROUP, "runAsNonRoot": True},
+        volumes=[
+            {"name": "shared", "emptyDir": {}},
+            {"name": "private", "emptyDir": {}},
+            {"name": "outbox", "emptyDir": {}},
+            {"name": "creds", "secret": {"secretName": "creds", "defaultMode": 0o440}},
+        ],
+    )
+    control_plane.kubectl("apply", "-f", "-", input=manifest)
+
+    def results() -> tuple[dict[str, Any], dict[str, Any]] | None:
+        try:
+            shared = local_node.pod_dir(namespace, "split") / "volumes" / "shared"
+            a, b = (shared / "a.json").read_text(), (shared / "b.json").read_text()
+        except FileNotFoundError:
+            return None
+        return json.loads(a), json.loads(b)
+
+    a, b = wait_for("both containers' findings", results, node=local_node)
+    pod_dir = local_node.pod_dir(namespace, "split")
+    volumes = pod_dir / "volumes"
+
+    # Each container runs as its own uid and gid, with the pod's fsGroup as a supplementary
+    # group, and `id` says so.
+    assert (a["uid"], a["gid"]) == (10001, 10001) and FS_GROUP in a["groups"]
+    assert (b["uid"], b["gid"]) == (10002, 10002) and FS_GROUP in b["groups"]
+    assert a["id"].startswith("uid=10001 gid=10001 ") and str(FS_GROUP) in a["id"]
+    assert b["id"].startswith("uid=10002 gid=10002 ") and str(FS_GROUP) in b["id"]
+
+    # A reads its own secret; B, which does not mount it, cannot even find it, nor A's
+    # private volume, nor the cluster's kubeconfig.
+    assert a["secret"] == "s3cr3t"
+    assert b["secret"] in ("ENOENT", "EACCES")
+    assert b["private"] in ("ENOENT", "EACCES") and b["private_file"] in ("ENOENT", "EACCES")
+    assert b["kubeconfig"] in ("ENOENT", "EACCES")
+    # The node's workdir shows B only its own pod; /root only what a process needs to run;
+    # /tmp is B's own, empty but for the mount points of its volumes' host paths.
+    assert b["pods"] == [pod_dir.name]
+    assert set(b["root"]) <= {".pyenv", ".cache"}
+    assert set(b["tmp"]) <= {local_node.workdir.name}
+    # The host's world-writable directories are each container's own: no channel through them.
+    assert "from-a" not in b["shared_tmp"]
+    assert not any(Path(d, "from-a").exists() for d in ("/tmp", "/var/tmp", "/dev/shm"))
+    # Another uid's environment (A holds SECRET) is closed to B through /proc.
+    assert b["environ"] and set(b["environ"].values()) == {"EACCES"}
+
+    # The shared emptyDir: both write. A read-only mount reads but refuses writes, whether
+    # of a volume another container writes or of one this container also mounts read-write.
+    assert b["write_shared"] == "ok"
+    assert b["read_inbox"] == "ok" and b["write_inbox"] == "EROFS"
+    assert b["read_view"] == "ok" and b["write_view"] == "EROFS"
+    assert (volumes / "outbox" / "note.txt").read_text() == "for b"
+
+    # Ownership as the kubelet gives it: the emptyDir 2777 root:fsGroup, so a file A writes
+    # there has the fsGroup as its group; the secret file keeps 0440 and has the fsGroup.
+    shared = (volumes / "shared").stat()
+    assert oct(shared.st_mode & 0o7777) == "0o2777" and shared.st_gid == FS_GROUP
+    from_a = (volumes / "shared" / "from-a.txt").stat()
+    assert (from_a.st_uid, from_a.st_gid) == (10001, FS_GROUP)
+    from_b = (volumes / "shared" / "from-b.txt").stat()
+    assert (from_b.st_uid, from_b.st_gid) == (10002, FS_GROUP)
+    token = (volumes / "creds" / "token").stat()
+    assert oct(token.st_mode & 0o777) == "0o440" and token.st_gid == FS_GROUP
+    assert (volumes / "private" / "p.txt").stat().st_uid == 10001
+
+
+def test_a_shared_repository_is_read_only_and_clonable_by_any_uid(
+    control_plane: ControlPlane, namespace: str, local_node: LocalNodeHandle
+) -> None:
+    # Made as git_repo makes them: root's, mode 0700, in the directory the node shares.
+    TEST_REPOS.mkdir(parents=True, exist_ok=True)
+    repo = Path(tempfile.mkdtemp(prefix="repo-", dir=TEST_REPOS))
+    try:
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+        subprocess.run([*git, "init", "-q", "-b", "main"], check=True)
+        (repo / "README.md").write_text("hello\n")
+        subprocess.run([*git, "add", "README.md"], check=True)
+        subprocess.run([*git, "commit", "-q", "-m", "first commit"], check=True)
+        script = (
+            'set -u; git clone -q "$1" /work/clone && git -C /work/clone log --format=%s'
+            ' > /work/log.txt; touch "$1/planted" 2>/work/touch.txt; echo done > /work/done'
+        )
+        manifest = pod_manifest(
+            "cloner",
+            namespace,
+            [
+                container(
+                    "clone",
+                    ["sh", "-c", script, "clone", str(repo)],
+                    securityContext={**RESTRICTED, "runAsUser": 10002, "runAsGroup": 10002},
+                    env=[{"name": "HOME", "value": "/work"}],
+                    volumeMounts=[{"name": "work", "mountPath": "/work"}],
+                )
+            ],
+            volumes=[{"name": "work", "emptyDir": {}}],
+            restartPolicy="Never",
+        )
+        control_plane.kubectl("apply", "-f", "-", input=manifest)
+
+        def done() -> Path | None:
+            try:
+                work = local_node.pod_dir(namespace, "cloner") / "volumes" / "work"
+            except FileNotFoundError:
+                return None
+            return work if (work / "done").exists() else None
+
+        work = wait_for("the clone", done, node=local_node)
+        # Cloned as uid 10002, though the repository is root's and 0700 on the host: the
+        # node shows it as a git server would serve it. But it cannot be written.
+        assert (work / "log.txt").read_text() == "first commit\n"
+        assert (work / "clone" / "README.md").stat().st_uid == 10002
+        assert "Read-only file system" in (work / "touch.txt").read_text()
+        assert not (repo / "planted").exists()
+    finally:
+        shutil.rmtree(repo, ignore_errors=True)
+
+
+async def test_a_node_that_cannot_switch_users_refuses_a_pod_that_asks_for_one(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    from corral_dev.localnode import LocalNode
+
+    # root=False: the node behaves as one started by an ordinary user.
+    node = LocalNode(
+        control_plane.kubeconfig, tmp_path / "node", node_name="corral-plain-node", root=False
+    )
+    running = asyncio.create_task(node.run())
+    manifest = pod_manifest(
+        "wants-uid",
+        namespace,
+        [container("idle", ["sleep", "300"])],
+        nodeSelector={"kubernetes.io/hostname": "corral-plain-node"},
+    )
+    await asyncio.to_thread(control_plane.kubectl, "apply", "-f", "-", input=manifest)
+
+    async def failed() -> dict[str, Any]:
+        while True:
+            pod = await asyncio.to_thread(get_pod, control_plane, namespace, "wants-uid")
+            if pod and pod.get("status", {}).get("phase") == "Failed":
+                return pod
+            await asyncio.sleep(0.1)
+
+    try:
+        pod = await asyncio.wait_for(failed(), timeout=30)
+    finally:
+        await node.stop()
+        await asyncio.wait_for(running, timeout=15)
+    status = pod["status"]
+    assert status["reason"] == "UnsupportedIdentity"
+    assert "runAsUser 10001" in status["message"]
+    assert "cannot switch users" in status["message"]
+    waiting = status["containerStatuses"][0]["state"]["waiting"]
+    assert waiting["reason"] == "CreateContainerConfigError"
+    assert not list((tmp_path / "node" / "pods").glob("*/logs/*.log"))  # nothing ran
 
 
 # ------------------------------------------------- the node's pure parts (no cluster needed)
