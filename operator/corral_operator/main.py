@@ -39,6 +39,16 @@ def _label(text: str) -> tuple[str, str]:
     return key, value
 
 
+def _uid(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be a non-root id (1 or more)")
+    return value
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     d = OperatorSettings()
     p = argparse.ArgumentParser(prog="corral-operator", description=__doc__)
@@ -58,7 +68,20 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--model-upstream-url", default=d.model_upstream_url)
     p.add_argument("--platform-egress", action="append", type=_egress, default=[])
     p.add_argument("--no-dns-egress", action="store_true")
-    p.add_argument("--run-as-user", type=int, default=d.run_as_user)
+    p.add_argument(
+        "--dns-namespace", default=d.dns_namespace, help="namespace of the cluster's DNS pods"
+    )
+    p.add_argument(
+        "--dns-pod-label",
+        action="append",
+        type=_label,
+        default=[],
+        help="KEY=VALUE label of the cluster's DNS pods (repeatable; default k8s-app=kube-dns)",
+    )
+    p.add_argument("--harness-uid", type=_uid, default=d.harness_uid)
+    p.add_argument("--tools-uid", type=_uid, default=d.tools_uid)
+    p.add_argument("--custodian-uid", type=_uid, default=d.custodian_uid)
+    p.add_argument("--fs-group", type=_uid, default=d.fs_group)
     p.add_argument("--wire-wait-seconds", type=float, default=d.wire_wait_seconds)
     p.add_argument(
         "--local-repo-root",
@@ -77,6 +100,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.local_repo_root = os.path.abspath(args.local_repo_root)
     if args.token_expiry_seconds < 600:
         p.error("--token-expiry-seconds must be at least 600 (the API server's minimum)")
+    uids = (args.harness_uid, args.tools_uid, args.custodian_uid)
+    if len(set(uids)) != 3:
+        p.error("--harness-uid, --tools-uid and --custodian-uid must be three different uids")
+    if args.fs_group in uids:
+        p.error("--fs-group must be a group of its own, not one of the three uids")
     return args
 
 
@@ -94,7 +122,12 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         model_upstream_url=args.model_upstream_url,
         platform_egress=tuple(args.platform_egress),
         allow_dns=not args.no_dns_egress,
-        run_as_user=args.run_as_user,
+        dns_namespace=args.dns_namespace,
+        dns_pod_labels=dict(args.dns_pod_label) or OperatorSettings().dns_pod_labels,
+        harness_uid=args.harness_uid,
+        tools_uid=args.tools_uid,
+        custodian_uid=args.custodian_uid,
+        fs_group=args.fs_group,
         wire_wait_seconds=args.wire_wait_seconds,
         local_repo_root=args.local_repo_root,
     )

@@ -1,57 +1,81 @@
 """The sandbox pod builder: Agent + Session + operator settings -> the manifests of DESIGN §3.
 
 A pure function with no Kubernetes import, so every security property is checked on plain
-dicts in unit tests. The credential split is the point of this module:
+dicts in unit tests. Three roles, three containers, three uids (docs/decisions/0060):
 
-- `harness` runs the model's tools, so it gets no service-account token, no model key and no
-  git secret, in env or files. It holds only the wire token, which opens nothing but its own
-  wire (docs/decisions/0030).
-- `custodian` holds the model key, the git credentials and the pod's only service-account
-  token (projected, audience-bound, short-lived).
-- the init container clones the workspace with the git credentials and then exits.
+- `harness` (the brain, uid 10001) runs the model's loop and records it. It holds the wire
+  token and the pod-local credential it presents to the custodian, and nothing else: no
+  workspace, no service-account token, no model key, no git secret. It reaches the workspace
+  only through the exec service's Unix socket.
+- `tools` (the hands, uid 10002) runs every working tool, files and commands, through the exec
+  service (`corral-exec serve`). It mounts the workspace, its own /tmp, the exec binary
+  (read-only) and the socket: no token, no state, no Secret, no variable naming an endpoint.
+  `Agent.spec.sandbox.image` sets its image, and only its image.
+- `custodian` (the keys, uid 10003) holds the model key, the git credentials and the pod's only
+  service-account token (projected, audience-bound, short-lived). It answers the harness on one
+  port (the credential) and the operator on another (the wire token; its usage record).
+
+Init containers copy the exec service onto a shared volume and clone the workspace (as the
+tools uid, so the agent owns its files). The pod's fsGroup is shared: Secrets are kept from a
+container by not mounting them, never by file modes.
 """
 
 from __future__ import annotations
 
 import json
 import posixpath
+import re
 from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from corral_api import API_VERSION
-from corral_api.kinds import Agent, EgressRule, Session
+from corral_api.kinds import Agent, Budget, EgressRule, Session
 
 from . import naming
-from .settings import EgressTarget, OperatorSettings
+from .planning.lineage import lowest
+from .settings import ContainerResources, EgressTarget, OperatorSettings
 
 WORKSPACE_MOUNT = "/workspace"
 STATE_MOUNT = "/var/lib/corral/state"
 CUSTODIAN_STATE_MOUNT = "/var/lib/corral/custodian"
-WIRE_TOKEN_DIR = "/var/run/corral/wire"
+WIRE_DIR = "/var/run/corral/wire"
+WIRE_TOKEN_DIR = WIRE_DIR  # the name earlier callers know
 MODEL_KEY_DIR = "/var/run/corral/model"
 GIT_CREDENTIALS_DIR = "/var/run/corral/git"
 KUBE_TOKEN_DIR = "/var/run/corral/kube"
+EXEC_BIN_DIR = "/opt/corral-exec"
+EXEC_BINARY = f"{EXEC_BIN_DIR}/corral-exec"
+EXEC_SOCKET_DIR = "/var/run/corral/exec"
+EXEC_SOCKET = f"{EXEC_SOCKET_DIR}/exec.sock"
 WIRE_TOKEN_KEY = "token"
+CUSTODIAN_CREDENTIAL_KEY = "custodian"
 POD_IP_ENV = "CORRAL_POD_IP"
+MIN_SECRET_CHARS = 32
 
 # Clone, then put the checkout on the session's branch. Values arrive as positional
 # parameters, never spliced into the script, so a hostile repo or ref cannot inject shell.
+# A retried init container finds what the failed attempt left in the volume, so it starts from
+# an empty directory. The volume's root belongs to root (the kubelet makes it) while this runs
+# as the tools uid: git's ownership check is satisfied for this one directory on the command
+# line (protected configuration, which nothing in the repository can set).
 CHECKOUT_SCRIPT = """set -eu
 repo="$1"; ref="$2"; branch="$3"; dest="$4"; creds="${5:-}"
+find "$dest" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
 if [ -n "$creds" ]; then
-  set -- -c "credential.helper=store --file=$creds"
+  set -- -c "safe.directory=$dest" -c "credential.helper=store --file=$creds"
 else
-  set --
+  set -- -c "safe.directory=$dest"
 fi
 git "$@" clone --quiet --no-checkout -- "$repo" "$dest"
 cd "$dest"
-if rev=$(git rev-parse --verify --quiet "refs/remotes/origin/$ref^{commit}"); then :
-elif rev=$(git rev-parse --verify --quiet "$ref^{commit}"); then :
+if rev=$(git "$@" rev-parse --verify --quiet "refs/remotes/origin/$ref^{commit}"); then :
+elif rev=$(git "$@" rev-parse --verify --quiet "$ref^{commit}"); then :
 else
   git "$@" fetch --quiet origin "$ref"
-  rev=$(git rev-parse --verify FETCH_HEAD^{commit})
+  rev=$(git "$@" rev-parse --verify FETCH_HEAD^{commit})
 fi
-git checkout --quiet -B "$branch" "$rev"
+git "$@" checkout --quiet -B "$branch" "$rev"
 """
 
 
@@ -81,12 +105,14 @@ def owner_reference(kind: str, name: str, uid: str) -> dict[str, Any]:
     }
 
 
-def restricted_security_context(run_as_user: int) -> dict[str, Any]:
+def restricted_security_context(
+    run_as_user: int, run_as_group: int | None = None
+) -> dict[str, Any]:
     """What Pod Security `restricted` asks of every container, plus a read-only root."""
     return {
         "runAsNonRoot": True,
         "runAsUser": run_as_user,
-        "runAsGroup": run_as_user,
+        "runAsGroup": run_as_user if run_as_group is None else run_as_group,
         "readOnlyRootFilesystem": True,
         "allowPrivilegeEscalation": False,
         "privileged": False,
@@ -95,12 +121,11 @@ def restricted_security_context(run_as_user: int) -> dict[str, Any]:
     }
 
 
-def _pod_security_context(run_as_user: int) -> dict[str, Any]:
+def _pod_security_context(settings: OperatorSettings) -> dict[str, Any]:
+    # No pod-wide uid: each container names its own. The fsGroup is the one group they share.
     return {
         "runAsNonRoot": True,
-        "runAsUser": run_as_user,
-        "runAsGroup": run_as_user,
-        "fsGroup": run_as_user,
+        "fsGroup": settings.fs_group,
         "seccompProfile": {"type": "RuntimeDefault"},
     }
 
@@ -125,23 +150,35 @@ def sandbox_labels(session: Session) -> dict[str, str]:
     }
 
 
-def _workspace_mount(granted_root: str) -> str:
-    """The workspace volume holds the granted root: at /workspace, or at the root itself."""
-    if granted_root == WORKSPACE_MOUNT or granted_root.startswith(WORKSPACE_MOUNT + "/"):
-        return WORKSPACE_MOUNT
-    return granted_root
+def granted_root_problem(granted_root: str) -> str | None:
+    """Why `granted_root` cannot be the agent's root (the API server's CEL rule, again), or None.
+
+    The workspace volume is always mounted at /workspace, so the root is /workspace or below:
+    anything else would hand the agent the image's own files (e.g. /opt/corral/bin).
+    """
+    inside = granted_root == WORKSPACE_MOUNT or granted_root.startswith(WORKSPACE_MOUNT + "/")
+    parts = granted_root.split("/")
+    if not inside or ".." in parts or "." in parts or "//" in granted_root:
+        return (
+            f"spec.workspace.grantedRoot {granted_root!r} must be /workspace or a path below it, "
+            "without '.', '..' or '//' (the workspace volume is always mounted at /workspace)"
+        )
+    if any(c in granted_root for c in "\0\n\r"):
+        return f"spec.workspace.grantedRoot {granted_root!r} holds a control character"
+    return None
 
 
 def _validate(agent: Agent, session: Session) -> None:
     ws = session.spec.workspace
     if ws.ref.startswith("-"):
-        raise SandboxSpecError(f"workspace.ref {ws.ref!r} must not start with '-'")
+        raise SandboxSpecError(f"spec.workspace.ref {ws.ref!r} must not start with '-'")
     if ws.repo.startswith("-"):
-        raise SandboxSpecError(f"workspace.repo {ws.repo!r} must not start with '-'")
+        raise SandboxSpecError(f"spec.workspace.repo {ws.repo!r} must not start with '-'")
     if any(c in ws.ref for c in " \t\n\\~^:?*["):
-        raise SandboxSpecError(f"workspace.ref {ws.ref!r} is not a valid git ref")
-    if ws.granted_root in ("/", "/var", "/var/run", "/var/lib", "/tmp"):
-        raise SandboxSpecError(f"workspace.grantedRoot {ws.granted_root!r} would cover the sandbox")
+        raise SandboxSpecError(f"spec.workspace.ref {ws.ref!r} is not a valid git ref")
+    problem = granted_root_problem(ws.granted_root)
+    if problem is not None:
+        raise SandboxSpecError(problem)
     if session.spec.agent_ref != agent.metadata.get("name"):
         raise SandboxSpecError(
             f"Session names Agent {session.spec.agent_ref!r}, given {agent.metadata.get('name')!r}"
@@ -184,19 +221,94 @@ def resolve_repo(repo: str, local_repo_root: str | None) -> str:
     return resolved
 
 
-def _resources(agent: Agent) -> dict[str, Any]:
+# ------------------------------------------------------------------------------ resources
+
+_QUANTITY = re.compile(
+    r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$"
+)
+_SUFFIX = {
+    "": Decimal(1),
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+    "Ki": Decimal(2**10),
+    "Mi": Decimal(2**20),
+    "Gi": Decimal(2**30),
+    "Ti": Decimal(2**40),
+    "Pi": Decimal(2**50),
+    "Ei": Decimal(2**60),
+}
+
+
+def quantity(text: str, where: str) -> Decimal:
+    """A Kubernetes quantity (`500m`, `1Gi`, `2e3`) as a number; SandboxSpecError otherwise."""
+    match = _QUANTITY.match(text.strip())
+    if not match:
+        raise SandboxSpecError(f"{where} {text!r} is not a Kubernetes quantity (e.g. 500m, 1Gi)")
+    number, suffix = match.group(1), match.group(2) or ""
+    try:
+        if suffix[:1] in ("e", "E"):
+            return Decimal(number + suffix)
+        return Decimal(number) * _SUFFIX[suffix]
+    except InvalidOperation:
+        raise SandboxSpecError(f"{where} {text!r} is not a Kubernetes quantity") from None
+
+
+def tools_resources(agent: Agent, defaults: ContainerResources) -> dict[str, dict[str, str]]:
+    """The tools container's requests and limits: the Agent's where it sets them, else the
+    defaults, so both are always there. A default limit below the Agent's request rises to it;
+    an Agent's own limit below its own request is refused."""
+    base = defaults.wire()
+    requests, limits = dict(base["requests"]), dict(base["limits"])
+    own_limits: set[str] = set()
     res = agent.spec.sandbox.resources
-    return res.wire() if res else {}
+    if res is not None:
+        requests.update(res.requests.wire() if res.requests else {})
+        own = res.limits.wire() if res.limits else {}
+        limits.update(own)
+        own_limits.update(own)
+    for key in sorted(set(requests) | set(limits)):
+        where = "spec.sandbox.resources"
+        wanted = quantity(requests[key], f"{where}.requests.{key}") if key in requests else None
+        cap = quantity(limits[key], f"{where}.limits.{key}") if key in limits else None
+        if wanted is None or cap is None or wanted <= cap:
+            continue
+        if key in own_limits:
+            raise SandboxSpecError(
+                f"{where}.requests.{key} {requests[key]!r} is above "
+                f"{where}.limits.{key} {limits[key]!r}"
+            )
+        limits[key] = requests[key]
+    return {"requests": requests, "limits": limits}
 
 
 def _env(name: str, value: str) -> dict[str, Any]:
     return {"name": name, "value": value}
 
 
-def build_wire_secret(session: Session, wire_token: str) -> dict[str, Any]:
+# ---------------------------------------------------------------------------- the Secret
+
+
+def build_wire_secret(
+    session: Session, wire_token: str, custodian_credential: str
+) -> dict[str, Any]:
+    """The Session's own Secret: the wire token (operator <-> harness, operator <-> custodian)
+    and the pod-local credential (harness -> custodian). Only harness and custodian mount it."""
     name, namespace, uid = _meta(session)
-    if len(wire_token) < 32:
-        raise SandboxSpecError("the wire token must be at least 32 characters")
+    if len(wire_token) < MIN_SECRET_CHARS:
+        raise SandboxSpecError(f"the wire token must be at least {MIN_SECRET_CHARS} characters")
+    if len(custodian_credential) < MIN_SECRET_CHARS:
+        raise SandboxSpecError(
+            f"the custodian credential must be at least {MIN_SECRET_CHARS} characters"
+        )
+    if custodian_credential == wire_token:
+        raise SandboxSpecError("the custodian credential must differ from the wire token")
     return {
         "apiVersion": "v1",
         "kind": "Secret",
@@ -207,8 +319,14 @@ def build_wire_secret(session: Session, wire_token: str) -> dict[str, Any]:
             "ownerReferences": [owner_reference("Session", name, uid)],
         },
         "type": "Opaque",
-        "stringData": {WIRE_TOKEN_KEY: wire_token},
+        "stringData": {
+            WIRE_TOKEN_KEY: wire_token,
+            CUSTODIAN_CREDENTIAL_KEY: custodian_credential,
+        },
     }
+
+
+# --------------------------------------------------------------------- the NetworkPolicy
 
 
 def _egress_rule(cidr: str, ports: tuple[int, ...] | list[int]) -> dict[str, Any]:
@@ -221,17 +339,25 @@ def _egress_rule(cidr: str, ports: tuple[int, ...] | list[int]) -> dict[str, Any
 def build_network_policy(
     agent: Agent, session: Session, settings: OperatorSettings
 ) -> dict[str, Any]:
-    """Ingress: the wire port from the operator's pods only. Egress: what is allowed, no more.
+    """Ingress: the wire port and the custodian's operator port, from the operator's pods only.
+    Egress: DNS to the cluster's DNS pods only, and what is allowed, no more.
 
     A NetworkPolicy selects pods, not containers, so the platform egress (API server, model
-    endpoint) is open to the pod; the harness still holds nothing those endpoints accept.
+    endpoint) is open to the pod; the harness and the tools hold nothing those endpoints accept.
     """
     name, namespace, uid = _meta(session)
     egress: list[dict[str, Any]] = []
     if settings.allow_dns:
         egress.append(
             {
-                "to": [{"namespaceSelector": {}}],
+                "to": [
+                    {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": settings.dns_namespace}
+                        },
+                        "podSelector": {"matchLabels": dict(settings.dns_pod_labels)},
+                    }
+                ],
                 "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
             }
         )
@@ -270,7 +396,10 @@ def build_network_policy(
                             "podSelector": {"matchLabels": dict(settings.operator_pod_labels)},
                         }
                     ],
-                    "ports": [{"protocol": "TCP", "port": settings.harness_port}],
+                    "ports": [
+                        {"protocol": "TCP", "port": settings.harness_port},
+                        {"protocol": "TCP", "port": settings.custodian_operator_port},
+                    ],
                 }
             ],
             "egress": egress,
@@ -278,33 +407,91 @@ def build_network_policy(
     }
 
 
-def build_pod(agent: Agent, session: Session, settings: OperatorSettings) -> dict[str, Any]:
+# --------------------------------------------------------------------------------- the pod
+
+
+def _empty_dir(name: str, size: str, *, memory: bool = False) -> dict[str, Any]:
+    source: dict[str, Any] = {"sizeLimit": size}
+    if memory:
+        source["medium"] = "Memory"
+    return {"name": name, "emptyDir": source}
+
+
+def _mount(name: str, path: str, *, read_only: bool = False) -> dict[str, Any]:
+    mount: dict[str, Any] = {"name": name, "mountPath": path}
+    if read_only:
+        mount["readOnly"] = True
+    return mount
+
+
+def _budget_env(budget: Budget) -> list[dict[str, Any]]:
+    """The custodian's budget; an axis without a cap is left unset (the custodian: no cap)."""
+    env: list[dict[str, Any]] = []
+    if budget.tokens is not None:
+        if budget.tokens < 1:
+            raise SandboxSpecError("the Session's token budget is spent before it starts")
+        env.append(_env("CORRAL_BUDGET_TOKENS", str(budget.tokens)))
+    if budget.cost_usd is not None:
+        if budget.cost_usd <= 0:
+            raise SandboxSpecError("the Session's cost budget is spent before it starts")
+        env.append(_env("CORRAL_BUDGET_COST", repr(float(budget.cost_usd))))
+    return env
+
+
+def landing_check_name(agent: Agent, session: Session) -> str | None:
+    """The Evidence check a revision must Pass before it lands: the Session's, else the Agent's."""
+    landing = session.spec.landing if session.spec.landing is not None else agent.spec.landing
+    return landing.check.name if landing.check is not None else None
+
+
+def build_pod(
+    agent: Agent,
+    session: Session,
+    settings: OperatorSettings,
+    *,
+    budget: Budget | None = None,
+) -> dict[str, Any]:
+    """The sandbox pod. `budget` is the Session's effective budget (the lowest of its own, its
+    Agent's and, for a child, its parent's remainder); without it, the lower of the first two."""
     _validate(agent, session)
     name, namespace, uid = _meta(session)
     spec = session.spec
     creds = agent.spec.credentials
-    image = agent.spec.sandbox.image or settings.image
-    workspace_mount = _workspace_mount(spec.workspace.granted_root)
+    sizes = settings.volume_sizes
+    defaults = settings.resources
+    granted_root = spec.workspace.granted_root
+    repo = resolve_repo(spec.workspace.repo, settings.local_repo_root)
     branch = spec.workspace.branch or naming.session_branch(name)
-    security = restricted_security_context(settings.run_as_user)
+    effective = budget if budget is not None else lowest(spec.budget, agent.spec.limits.budget)
+    harness_security = restricted_security_context(settings.harness_uid)
+    tools_security = restricted_security_context(settings.tools_uid)
+    custodian_security = restricted_security_context(settings.custodian_uid)
     custodian_url = f"http://$({POD_IP_ENV}):{settings.custodian_port}"
     pod_ip_env = {
         "name": POD_IP_ENV,
         "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}},
     }
+    wire_token_file = f"{WIRE_DIR}/{WIRE_TOKEN_KEY}"
+    credential_file = f"{WIRE_DIR}/{CUSTODIAN_CREDENTIAL_KEY}"
 
     volumes: list[dict[str, Any]] = [
-        {"name": "workspace", "emptyDir": {}},
-        {"name": "state", "emptyDir": {}},
-        {"name": "tmp", "emptyDir": {}},
-        {"name": "custodian-state", "emptyDir": {}},
-        {"name": "custodian-tmp", "emptyDir": {}},
+        _empty_dir("workspace", sizes.workspace),
+        _empty_dir("state", sizes.state),
+        _empty_dir("harness-tmp", sizes.tmp),
+        _empty_dir("tools-tmp", sizes.tmp),
+        _empty_dir("custodian-state", sizes.state),
+        _empty_dir("custodian-tmp", sizes.tmp),
+        _empty_dir("exec-bin", sizes.exec_bin),
+        _empty_dir("exec-socket", sizes.exec_socket, memory=True),
         {
-            "name": "wire-token",
+            "name": "wire",
             "secret": {
                 "secretName": naming.wire_secret_name(name),
                 "defaultMode": 0o440,
-                "items": [{"key": WIRE_TOKEN_KEY, "path": WIRE_TOKEN_KEY}],
+                "items": [
+                    {"key": WIRE_TOKEN_KEY, "path": WIRE_TOKEN_KEY},
+                    {"key": CUSTODIAN_CREDENTIAL_KEY, "path": CUSTODIAN_CREDENTIAL_KEY},
+                ],
             },
         },
     ]
@@ -330,41 +517,65 @@ def build_pod(agent: Agent, session: Session, settings: OperatorSettings) -> dic
         {"name": "kube-token", "projected": {"defaultMode": 0o440, "sources": kube_sources}}
     )
 
-    # --- init: the checkout, with git credentials when the Agent has them.
-    init_mounts: list[dict[str, Any]] = [
-        {"name": "workspace", "mountPath": workspace_mount},
-        {"name": "tmp", "mountPath": "/tmp"},
+    # --- init 1: the exec service onto its volume, from Corral's image.
+    install_exec = {
+        "name": "install-exec",
+        "image": settings.image,
+        "command": ["corral-exec", "install", EXEC_BIN_DIR],
+        "volumeMounts": [_mount("exec-bin", EXEC_BIN_DIR)],
+        "resources": defaults.install_exec.wire(),
+        "securityContext": dict(harness_security),
+    }
+
+    # --- init 2: the checkout, as the tools uid, with git credentials when the Agent has them.
+    checkout_mounts: list[dict[str, Any]] = [
+        _mount("workspace", WORKSPACE_MOUNT),
+        _mount("tools-tmp", "/tmp"),
     ]
     checkout_args = [
         "-c",
         CHECKOUT_SCRIPT,
         "checkout",
-        resolve_repo(spec.workspace.repo, settings.local_repo_root),
+        repo,
         spec.workspace.ref,
         naming.session_branch(name),
-        workspace_mount,
+        WORKSPACE_MOUNT,
     ]
     custodian_mounts: list[dict[str, Any]] = [
-        {"name": "workspace", "mountPath": workspace_mount},
-        {"name": "custodian-state", "mountPath": CUSTODIAN_STATE_MOUNT},
-        {"name": "custodian-tmp", "mountPath": "/tmp"},
-        {"name": "kube-token", "mountPath": KUBE_TOKEN_DIR, "readOnly": True},
+        _mount("workspace", WORKSPACE_MOUNT, read_only=True),
+        _mount("custodian-state", CUSTODIAN_STATE_MOUNT),
+        _mount("custodian-tmp", "/tmp"),
+        _mount("wire", WIRE_DIR, read_only=True),
+        _mount("kube-token", KUBE_TOKEN_DIR, read_only=True),
     ]
     custodian_env: list[dict[str, Any]] = [
         pod_ip_env,
         _env("CORRAL_CUSTODIAN_ADDR", f"$({POD_IP_ENV}):{settings.custodian_port}"),
+        _env(
+            "CORRAL_CUSTODIAN_OPERATOR_ADDR",
+            f"$({POD_IP_ENV}):{settings.custodian_operator_port}",
+        ),
+        _env("CORRAL_CUSTODIAN_CREDENTIAL_FILE", credential_file),
+        _env("CORRAL_WIRE_TOKEN_FILE", wire_token_file),
         _env("CORRAL_UPSTREAM_URL", settings.model_upstream_url),
         _env("CORRAL_SESSION_NAME", name),
         _env("CORRAL_SESSION_NAMESPACE", namespace),
         _env("CORRAL_SESSION_UID", uid),
+        _env("CORRAL_AGENT_NAME", spec.agent_ref),
         _env("CORRAL_STATE_DIR", CUSTODIAN_STATE_MOUNT),
         _env("CORRAL_AGENT_SPEC_JSON", json.dumps(agent.spec.wire(), sort_keys=True)),
         _env("CORRAL_KUBE_API", settings.kube_api_url),
         _env("CORRAL_KUBE_TOKEN_FILE", f"{KUBE_TOKEN_DIR}/token"),
         _env("CORRAL_SESSION_BRANCH", branch),
-        _env("CORRAL_WORKSPACE", workspace_mount),
+        _env("CORRAL_WORKSPACE", WORKSPACE_MOUNT),
+        _env("CORRAL_GIT_REMOTE_URL", repo),
+        _env("CORRAL_READ_ONLY", "true" if spec.read_only else "false"),
+        *_budget_env(effective),
         _env("HOME", "/tmp"),
     ]
+    check = landing_check_name(agent, session)
+    if check is not None:
+        custodian_env.append(_env("CORRAL_LAND_CHECK", check))
     if settings.kube_ca_configmap:
         custodian_env.append(_env("CORRAL_KUBE_CA_FILE", f"{KUBE_TOKEN_DIR}/ca.crt"))
     if creds.model_secret_ref:
@@ -378,7 +589,7 @@ def build_pod(agent: Agent, session: Session, settings: OperatorSettings) -> dic
                 },
             }
         )
-        custodian_mounts.append({"name": "model-key", "mountPath": MODEL_KEY_DIR, "readOnly": True})
+        custodian_mounts.append(_mount("model-key", MODEL_KEY_DIR, read_only=True))
         custodian_env.append(_env("CORRAL_MODEL_KEY_FILE", f"{MODEL_KEY_DIR}/key"))
     if creds.git_secret_ref:
         volumes.append(
@@ -391,87 +602,106 @@ def build_pod(agent: Agent, session: Session, settings: OperatorSettings) -> dic
                 },
             }
         )
-        git_mount: dict[str, Any] = {
-            "name": "git-credentials",
-            "mountPath": GIT_CREDENTIALS_DIR,
-            "readOnly": True,
-        }
+        git_mount = _mount("git-credentials", GIT_CREDENTIALS_DIR, read_only=True)
         custodian_mounts.append(git_mount)
-        init_mounts.append(git_mount)
+        checkout_mounts.append(dict(git_mount))
         custodian_env.append(
             _env("CORRAL_GIT_CREDENTIALS_FILE", f"{GIT_CREDENTIALS_DIR}/credentials")
         )
         checkout_args.append(f"{GIT_CREDENTIALS_DIR}/credentials")
+    checkout = {
+        "name": "checkout",
+        "image": settings.image,
+        "command": ["sh"],
+        "args": checkout_args,
+        "env": [_env("HOME", "/tmp"), _env("GIT_TERMINAL_PROMPT", "0")],
+        "volumeMounts": checkout_mounts,
+        "resources": defaults.checkout.wire(),
+        "securityContext": dict(tools_security),
+    }
 
     harness_env = [
         pod_ip_env,
         _env("CORRAL_HARNESS_ADDR", f"$({POD_IP_ENV}):{settings.harness_port}"),
         _env("CORRAL_STATE_DIR", STATE_MOUNT),
-        _env("CORRAL_GRANTED_ROOT", spec.workspace.granted_root),
-        _env("CORRAL_WIRE_TOKEN_FILE", f"{WIRE_TOKEN_DIR}/{WIRE_TOKEN_KEY}"),
+        # The path as the tools container sees it; the harness never opens it itself.
+        _env("CORRAL_GRANTED_ROOT", granted_root),
+        _env("CORRAL_EXEC_SOCKET", EXEC_SOCKET),
+        _env("CORRAL_WIRE_TOKEN_FILE", wire_token_file),
         _env("CORRAL_CUSTODIAN_URL", custodian_url),
+        _env("CORRAL_CUSTODIAN_CREDENTIAL_FILE", credential_file),
         _env("CORRAL_READ_ONLY", "true" if spec.read_only else "false"),
         _env("ANTHROPIC_BASE_URL", custodian_url),
         _env("HOME", "/tmp"),
     ]
-    resources = _resources(agent)
-    containers = [
-        {
-            "name": "harness",
-            "image": image,
-            "command": ["corral-harness"],
-            "ports": [{"name": "wire", "containerPort": settings.harness_port, "protocol": "TCP"}],
-            "env": harness_env,
-            "workingDir": spec.workspace.granted_root,
-            "readinessProbe": {
-                "httpGet": {"path": "/readyz", "port": settings.harness_port},
-                "periodSeconds": 1,
-                "failureThreshold": 3,
-            },
-            "volumeMounts": [
-                {"name": "workspace", "mountPath": workspace_mount},
-                {"name": "state", "mountPath": STATE_MOUNT},
-                {"name": "tmp", "mountPath": "/tmp"},
-                {"name": "wire-token", "mountPath": WIRE_TOKEN_DIR, "readOnly": True},
-            ],
-            "resources": resources,
-            "securityContext": dict(security),
+    harness = {
+        "name": "harness",
+        "image": settings.image,
+        "command": ["corral-harness"],
+        "ports": [{"name": "wire", "containerPort": settings.harness_port, "protocol": "TCP"}],
+        "env": harness_env,
+        "workingDir": "/tmp",
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": settings.harness_port},
+            "periodSeconds": 1,
+            "failureThreshold": 3,
         },
-        {
-            "name": "custodian",
-            "image": image,
-            "command": ["corral-custodian"],
-            "ports": [
-                {"name": "custodian", "containerPort": settings.custodian_port, "protocol": "TCP"}
-            ],
-            "env": custodian_env,
-            "readinessProbe": {
-                "httpGet": {"path": "/readyz", "port": settings.custodian_port},
-                "periodSeconds": 1,
-                "failureThreshold": 3,
+        "volumeMounts": [
+            _mount("state", STATE_MOUNT),
+            _mount("harness-tmp", "/tmp"),
+            _mount("wire", WIRE_DIR, read_only=True),
+            _mount("exec-socket", EXEC_SOCKET_DIR),
+        ],
+        "resources": defaults.harness.wire(),
+        "securityContext": dict(harness_security),
+    }
+    tools = {
+        "name": "tools",
+        "image": agent.spec.sandbox.image or settings.image,
+        "command": [EXEC_BINARY, "serve", "--socket", EXEC_SOCKET, "--root", granted_root],
+        # Only HOME: no token, no Secret, no variable naming a control endpoint.
+        "env": [_env("HOME", "/tmp")],
+        "workingDir": granted_root,
+        "volumeMounts": [
+            _mount("workspace", WORKSPACE_MOUNT),
+            _mount("exec-bin", EXEC_BIN_DIR, read_only=True),
+            _mount("exec-socket", EXEC_SOCKET_DIR),
+            _mount("tools-tmp", "/tmp"),
+        ],
+        "resources": tools_resources(agent, defaults.tools),
+        "securityContext": dict(tools_security),
+    }
+    custodian = {
+        "name": "custodian",
+        "image": settings.image,
+        "command": ["corral-custodian"],
+        "ports": [
+            {"name": "custodian", "containerPort": settings.custodian_port, "protocol": "TCP"},
+            {
+                "name": "custodian-op",
+                "containerPort": settings.custodian_operator_port,
+                "protocol": "TCP",
             },
-            "volumeMounts": custodian_mounts,
-            "resources": {},
-            "securityContext": dict(security),
+        ],
+        "env": custodian_env,
+        "workingDir": "/tmp",
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": settings.custodian_port},
+            "periodSeconds": 1,
+            "failureThreshold": 3,
         },
-    ]
-    init = {
-        "name": "checkout",
-        "image": image,
-        "command": ["sh"],
-        "args": checkout_args,
-        "env": [_env("HOME", "/tmp"), _env("GIT_TERMINAL_PROMPT", "0")],
-        "volumeMounts": init_mounts,
-        "securityContext": dict(security),
+        "volumeMounts": custodian_mounts,
+        "resources": defaults.custodian.wire(),
+        "securityContext": dict(custodian_security),
     }
     pod_spec: dict[str, Any] = {
         "serviceAccountName": settings.sandbox_service_account,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "restartPolicy": "Always",
-        "securityContext": _pod_security_context(settings.run_as_user),
-        "initContainers": [init],
-        "containers": containers,
+        "securityContext": _pod_security_context(settings),
+        "initContainers": [install_exec, checkout],
+        "containers": [harness, tools, custodian],
         "volumes": volumes,
         "terminationGracePeriodSeconds": 10,
     }
@@ -491,12 +721,18 @@ def build_pod(agent: Agent, session: Session, settings: OperatorSettings) -> dic
 
 
 def build_sandbox(
-    agent: Agent, session: Session, settings: OperatorSettings, wire_token: str
+    agent: Agent,
+    session: Session,
+    settings: OperatorSettings,
+    wire_token: str,
+    custodian_credential: str,
+    *,
+    budget: Budget | None = None,
 ) -> SandboxManifests:
     """Every manifest a Session owns. Raises SandboxSpecError on a spec that cannot work."""
-    pod = build_pod(agent, session, settings)
+    pod = build_pod(agent, session, settings, budget=budget)
     return SandboxManifests(
-        secret=build_wire_secret(session, wire_token),
+        secret=build_wire_secret(session, wire_token, custodian_credential),
         network_policy=build_network_policy(agent, session, settings),
         pod=pod,
     )

@@ -10,68 +10,88 @@ import asyncio
 import base64
 import contextlib
 import logging
+import re
 import secrets
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from corral_api.kinds import AdmissionLedger, Agent, AgentSpec, Session
-from corral_api.wire import AdmitRequest, AdmitResponse, SettledEvent
+from corral_api.kinds import MAX_DEPTH_CAP, AdmissionLedger, Agent, AgentSpec, Session
+from corral_api.wire import AdmitRequest, AdmitResponse, CustodianUsage, SettledEvent
 
 from . import naming
+from .custodianclient import read_usage
 from .driver import AdmissionRejected, CheckResult, EventSink, SessionDriver, WireFault
 from .kube import Kube, KubeError, corral_path, object_path
 from .planning.agent import agent_ready
+from .planning.lineage import Lineage
 from .planning.patch import merge_patch
 from .planning.session import (
     PlannedEvent,
     SessionPlan,
     now_text,
+    ownership,
     plan_session,
     with_sandbox_refused,
 )
 from .planning.turns import event_for
 from .podbuilder import WIRE_TOKEN_KEY, build_sandbox
 from .runtime import Runtime, post_event
-from .store import SessionStatusStore
+from .store import BudgetExceededStop, SessionStatusStore
 from .wireclient import WireClient
 
 log = logging.getLogger("corral.operator.session")
 
 IDLE_RECHECK = 30.0
+_OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 # The custodian labels each child Session with its parent's uid (never trusted for depth).
 PARENT_UID_LABEL = "corral.dev/parent-uid"
 RETRY_AFTER_ERROR = 1.0
 RETRY_CAP = 30.0
 
 
-async def read_wire_token(kube: Kube, namespace: str, session: str) -> str:
+async def read_wire_token(kube: Kube, namespace: str, session: str, uid: str) -> str:
+    """The Session's wire token, from its own Secret only: one it does not control is refused."""
     path = object_path("v1", "Secret", namespace, naming.wire_secret_name(session))
     secret = await kube.get(path)
     if secret is None:
         raise KubeError(404, f"wire token secret {path} is missing")
+    if ownership(secret, session, uid) != "ours":
+        raise KubeError(409, f"the Secret {path} is not owned by this Session; it is not used")
     return base64.b64decode(secret["data"][WIRE_TOKEN_KEY]).decode()
+
+
+def with_turn_cap(spec: AgentSpec, max_turns: int) -> AgentSpec:
+    """The Agent's spec with the turn limit the operator derived (never above the Agent's)."""
+    cap = min(spec.limits.max_turns, max_turns)
+    return spec.model_copy(update={"limits": spec.limits.model_copy(update={"max_turns": cap})})
 
 
 class FreshAgentWire:
     """The wire as the driver sees it, with the Agent's spec read afresh at every admission.
 
     A changed Agent (tools, instructions, model) reaches a running Session on its next
-    submission, as DESIGN §2 asks; a deleted or invalid Agent leaves the last valid spec.
+    submission, as DESIGN §2 asks; a deleted or invalid Agent leaves the last valid spec. The
+    turn limit the operator derived from the parent chain stays on it.
     """
 
-    def __init__(self, inner: WireClient, kube: Kube, namespace: str, agent: str) -> None:
+    def __init__(
+        self, inner: WireClient, kube: Kube, namespace: str, agent: str, max_turns: int
+    ) -> None:
         self._inner = inner
         self._kube = kube
         self._path = corral_path("Agent", namespace, agent)
+        self._max_turns = max_turns
 
     async def admit(self, conversation: str, request: AdmitRequest) -> AdmitResponse:
         body = await self._kube.get(self._path)
         if body is not None and agent_ready(body):
             with contextlib.suppress(ValidationError):
                 fresh = AgentSpec.model_validate(body.get("spec") or {})
-                request = request.model_copy(update={"agent": fresh})
+                request = request.model_copy(
+                    update={"agent": with_turn_cap(fresh, self._max_turns)}
+                )
         return await self._inner.admit(conversation, request)
 
     async def wait(
@@ -151,17 +171,36 @@ class SessionLoop:
         children = await self._kube.list(
             corral_path("Session", self._ns), label_selector=f"{PARENT_UID_LABEL}={uid}"
         )
+        status = body.get("status") or {}
         approvals = None
-        if (body.get("status") or {}).get("phase") == "WaitingForHuman":
+        if status.get("phase") == "WaitingForHuman":
             approvals = await self._kube.list(corral_path("Approval", self._ns))
+        final = status.get("phase") in ("Succeeded", "Failed", "Stopped")
+        parents: list[dict[str, Any]] = []
+        ancestor_agents: dict[str, dict[str, Any] | None] = {}
+        existing: dict[str, dict[str, Any]] = {}
+        if not final:
+            parents, ancestor_agents = await self._ancestors(body)
+            if pod is None:
+                existing = await self._existing()
         plan = plan_session(
-            body, agent, pod, self._rt.settings, datetime.now(UTC), children, approvals
+            body,
+            agent,
+            pod,
+            self._rt.settings,
+            datetime.now(UTC),
+            children,
+            approvals,
+            parents=parents,
+            ancestor_agents=ancestor_agents,
+            existing=existing,
         )
         await self._apply(body, agent, plan)
         if plan.delete_session:
             return None
         if plan.drive and agent is not None and plan.harness_url is not None:
-            await self._drive(body, agent, plan.harness_url, stopped)
+            assert plan.lineage is not None and plan.pod_ip is not None
+            await self._drive(body, agent, plan, stopped)
             return 0.0
         if plan.requeue_after is not None:
             return plan.requeue_after
@@ -170,14 +209,53 @@ class SessionLoop:
             return None  # nothing left to do until the Session changes (kopf restarts us)
         return IDLE_RECHECK
 
+    async def _ancestors(
+        self, body: dict[str, Any]
+    ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any] | None]]:
+        """The Sessions up the parentRef chain, nearest first, as far as they are found (one
+        beyond the depth cap, so a chain too deep is seen), and the Agents they name."""
+        parents: list[dict[str, Any]] = []
+        seen = {body["metadata"].get("uid")}
+        ref = (body.get("spec") or {}).get("parentRef") or {}
+        while ref.get("name") and len(parents) <= MAX_DEPTH_CAP:
+            name = str(ref["name"])
+            if not _OBJECT_NAME.match(name):
+                break
+            parent = await self._kube.get(corral_path("Session", self._ns, name))
+            if parent is None:
+                break
+            parents.append(parent)
+            if parent["metadata"].get("uid") in seen:
+                break
+            seen.add(parent["metadata"].get("uid"))
+            ref = (parent.get("spec") or {}).get("parentRef") or {}
+        agents: dict[str, dict[str, Any] | None] = {}
+        for parent in parents:
+            name = str((parent.get("spec") or {}).get("agentRef") or "")
+            if name and name not in agents and _OBJECT_NAME.match(name):
+                agents[name] = await self._kube.get(corral_path("Agent", self._ns, name))
+        return parents, agents
+
+    async def _existing(self) -> dict[str, dict[str, Any]]:
+        """The objects already there under the names the sandbox's Secret and policy need."""
+        found: dict[str, dict[str, Any]] = {}
+        for kind, api, name in (
+            ("Secret", "v1", naming.wire_secret_name(self._name)),
+            ("NetworkPolicy", "networking.k8s.io/v1", naming.network_policy_name(self._name)),
+        ):
+            obj = await self._kube.get(object_path(api, kind, self._ns, name))
+            if obj is not None:
+                found[kind] = obj
+        return found
+
     async def _apply(
         self, body: dict[str, Any], agent: dict[str, Any] | None, plan: SessionPlan
     ) -> None:
         status = plan.status
         refused: KubeError | None = None
-        if plan.create_sandbox and agent is not None:
+        if plan.create_sandbox and agent is not None and plan.lineage is not None:
             try:
-                await self._create_sandbox(body, agent)
+                await self._create_sandbox(body, agent, plan.lineage)
             except KubeError as err:
                 refused = err
                 generation = int(body["metadata"].get("generation") or 0)
@@ -199,37 +277,70 @@ class SessionLoop:
         if plan.delete_session:
             await self._kube.delete(self._path)
 
-    async def _create_sandbox(self, body: dict[str, Any], agent: dict[str, Any]) -> None:
+    async def _create_sandbox(
+        self, body: dict[str, Any], agent: dict[str, Any], lineage: Lineage
+    ) -> None:
+        """Create the Secret, the policy and the pod, in that order. An object that exists
+        already is used only if this Session controls it; otherwise nothing more is created
+        (a pod must never mount a Secret someone else wrote) and the next pass fails the
+        Session naming the object."""
         session = Session.model_validate({k: body[k] for k in ("metadata", "spec")})
         the_agent = Agent.model_validate({k: agent[k] for k in ("metadata", "spec")})
-        token = secrets.token_urlsafe(32)
-        manifests = build_sandbox(the_agent, session, self._rt.settings, token)
+        manifests = build_sandbox(
+            the_agent,
+            session,
+            self._rt.settings,
+            secrets.token_urlsafe(32),
+            secrets.token_urlsafe(32),
+            budget=lineage.budget,
+        )
+        uid = str(body["metadata"].get("uid", ""))
         for manifest in manifests.all():
-            await self._kube.create(manifest)
+            if await self._kube.create(manifest):
+                continue
+            md = manifest["metadata"]
+            path = object_path(
+                manifest["apiVersion"], manifest["kind"], md["namespace"], md["name"]
+            )
+            there = await self._kube.get(path)
+            if there is None or ownership(there, self._name, uid) != "ours":
+                raise KubeError(
+                    409, f"{manifest['kind']} {md['name']} exists and is not this Session's"
+                )
 
     # ------------------------------------------------------------------------------ turns
 
     async def _drive(
-        self, body: dict[str, Any], agent: dict[str, Any], url: str, stopped: StopFlag
+        self, body: dict[str, Any], agent: dict[str, Any], plan: SessionPlan, stopped: StopFlag
     ) -> None:
+        assert plan.harness_url is not None and plan.lineage is not None
         session = Session.model_validate({k: body[k] for k in ("metadata", "spec")})
-        spec = Agent.model_validate({k: agent[k] for k in ("metadata", "spec")}).spec
-        token = await read_wire_token(self._kube, self._ns, self._name)
+        max_turns = plan.lineage.max_turns
+        spec = with_turn_cap(
+            Agent.model_validate({k: agent[k] for k in ("metadata", "spec")}).spec, max_turns
+        )
+        uid = str(body["metadata"].get("uid", ""))
+        token = await read_wire_token(self._kube, self._ns, self._name, uid)
         client = WireClient(
-            url,
+            plan.harness_url,
             session.spec.agent_ref,
             token=token,
             poll_wait=self._rt.settings.wire_wait_seconds,
             transport=self._rt.wire_transport,
         )
-        store = SessionStatusStore(self._kube, self._ns, self._name)
+        custodian = f"http://{plan.pod_ip}:{self._rt.settings.custodian_operator_port}"
+
+        async def usage() -> CustodianUsage:
+            return await read_usage(custodian, token, transport=self._rt.wire_transport)
+
+        store = SessionStatusStore(self._kube, self._ns, self._name, usage)
 
         def on_event(event: dict[str, Any]) -> None:
             planned = event_for(event)
             if planned is not None:
                 post_event(body, planned)
 
-        wire = FreshAgentWire(client, self._kube, self._ns, session.spec.agent_ref)
+        wire = FreshAgentWire(client, self._kube, self._ns, session.spec.agent_ref, max_turns)
         driver = SessionDriver(wire, store, spec, session.spec, self._name, on_event)
         key = (self._ns, self._name)
         self._rt.drivers[key] = driver
@@ -240,6 +351,9 @@ class SessionLoop:
             message = f"the harness refused the turn: {rejected.reason}"
             await self._fail(store, message)
             post_event(body, PlannedEvent("Warning", "AdmissionRejected", message))
+        except BudgetExceededStop as spent:
+            # The store saved the Session Failed (BudgetExceeded) before stopping the driver.
+            post_event(body, PlannedEvent("Warning", "BudgetExceeded", str(spent)))
         finally:
             self._rt.drivers.pop(key, None)
             if not task.done():
@@ -298,7 +412,7 @@ async def abort_turn(runtime: Runtime, body: dict[str, Any]) -> bool:
     ip = (pod or {}).get("status", {}).get("podIP")
     if not ip:
         return False
-    token = await read_wire_token(runtime.kube, md["namespace"], md["name"])
+    token = await read_wire_token(runtime.kube, md["namespace"], md["name"], md.get("uid", ""))
     agent_ref = body["spec"]["agentRef"]
     url = f"http://{ip}:{runtime.settings.harness_port}"
     async with WireClient(url, agent_ref, token=token, transport=runtime.wire_transport) as client:

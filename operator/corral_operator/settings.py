@@ -17,11 +17,50 @@ class EgressTarget:
 
 
 @dataclass(frozen=True)
+class ContainerResources:
+    """Requests and limits of one container, as Kubernetes quantities."""
+
+    cpu_request: str
+    memory_request: str
+    cpu_limit: str
+    memory_limit: str
+
+    def wire(self) -> dict[str, dict[str, str]]:
+        return {
+            "requests": {"cpu": self.cpu_request, "memory": self.memory_request},
+            "limits": {"cpu": self.cpu_limit, "memory": self.memory_limit},
+        }
+
+
+@dataclass(frozen=True)
+class SandboxResources:
+    """Each sandbox container's requests and limits; `tools` yields to the Agent's own."""
+
+    harness: ContainerResources = ContainerResources("100m", "256Mi", "1", "1Gi")
+    tools: ContainerResources = ContainerResources("250m", "512Mi", "2", "2Gi")
+    custodian: ContainerResources = ContainerResources("50m", "128Mi", "500m", "512Mi")
+    install_exec: ContainerResources = ContainerResources("10m", "16Mi", "100m", "64Mi")
+    checkout: ContainerResources = ContainerResources("100m", "128Mi", "1", "1Gi")
+
+
+@dataclass(frozen=True)
+class VolumeSizes:
+    """The sizeLimit of every emptyDir of the sandbox pod."""
+
+    workspace: str = "10Gi"
+    state: str = "1Gi"  # the harness's durable state, and the custodian's
+    tmp: str = "1Gi"  # each container's own /tmp
+    exec_bin: str = "128Mi"  # the exec service's binary, copied by the init container
+    exec_socket: str = "1Mi"  # the exec service's Unix socket (medium: Memory)
+
+
+@dataclass(frozen=True)
 class OperatorSettings:
-    # The sandbox image, used when the Agent names none.
+    # Corral's image: the harness, the custodian and the init containers always run it; the
+    # tools container runs it too unless the Agent names its own (spec.sandbox.image).
     image: str = "ghcr.io/corral-dev/corral-sandbox:0.1.0"
     # Where the operator runs and how its pods are labelled: the sandbox's NetworkPolicy admits
-    # wire traffic from exactly these pods.
+    # wire and usage traffic from exactly these pods.
     operator_namespace: str = "corral-system"
     operator_pod_labels: dict[str, str] = field(
         default_factory=lambda: {"app.kubernetes.io/name": "corral-operator"}
@@ -29,7 +68,10 @@ class OperatorSettings:
     # The identity the custodian acts as (its token is the pod's only one).
     sandbox_service_account: str = "corral-sandbox"
     harness_port: int = 8080
+    # The custodian's two ports: one for the harness (the credential), one for the operator
+    # (the wire token; its usage record).
     custodian_port: int = 8081
+    custodian_operator_port: int = 8082
     # The projected token is bound to this audience and expires after this long.
     token_audience: str = "https://kubernetes.default.svc.cluster.local"
     token_expiry_seconds: int = 3600
@@ -41,11 +83,26 @@ class OperatorSettings:
     model_upstream_url: str = "https://api.anthropic.com"
     # Egress every sandbox needs (the API server and the model endpoint, for the custodian).
     platform_egress: tuple[EgressTarget, ...] = ()
+    # DNS egress, when allowed, goes only to the cluster's DNS pods.
     allow_dns: bool = True
-    run_as_user: int = 10001  # the sandbox image's numeric uid
+    dns_namespace: str = "kube-system"
+    dns_pod_labels: dict[str, str] = field(default_factory=lambda: {"k8s-app": "kube-dns"})
+    # Three roles, three numeric uids (each also its primary gid), and one shared fsGroup.
+    # Secrets are kept from a container by not mounting them, not by file modes.
+    harness_uid: int = 10001
+    tools_uid: int = 10002
+    custodian_uid: int = 10003
+    fs_group: int = 10000
+    resources: SandboxResources = field(default_factory=SandboxResources)
+    volume_sizes: VolumeSizes = field(default_factory=VolumeSizes)
     # Long-poll window for one wait call on the wire, in seconds.
     wire_wait_seconds: float = 20.0
     # A development aid for local clusters (`make dev-cluster`), off by default: an absolute
     # directory on the node against which a relative `workspace.repo` (e.g. `demo/repo`) is
     # resolved. Without it a relative repo is refused: a cluster has nothing to clone it from.
     local_repo_root: str | None = None
+
+    @property
+    def run_as_user(self) -> int:
+        """The uid of a pod that runs a workspace command and holds nothing (Evidence checks)."""
+        return self.tools_uid

@@ -152,7 +152,12 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
     (
         "session-relative-root",
         _with(SESSION, "spec.workspace.grantedRoot", "work/../etc"),
-        ["spec.workspace.grantedRoot", "absolute path"],
+        ["spec.workspace.grantedRoot", "/workspace or a path below it"],
+    ),
+    (
+        "session-root-escapes-workspace",
+        _with(SESSION, "spec.workspace.grantedRoot", "/workspace/../opt"),
+        ["spec.workspace.grantedRoot", "/workspace or a path below it"],
     ),
     (
         "session-two-criteria",
@@ -243,6 +248,21 @@ def test_invalid_object_is_rejected_naming_the_field(
     assert code != 0, f"{case} was accepted"
     for word in words:
         assert word in out, f"{case}: {word!r} not in API server message:\n{out}"
+
+
+def test_kubectl_apply_of_a_granted_root_outside_the_workspace_is_rejected(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """The image's own files (where corral-exec lives) are never a granted root."""
+    session = _with(SESSION, "spec.workspace.grantedRoot", "/opt/corral/bin")
+    done = control_plane.kubectl(
+        "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(session), check=False
+    )
+    assert done.returncode != 0
+    assert "spec.workspace.grantedRoot" in done.stderr, done.stderr
+    assert "/workspace or a path below it" in done.stderr
+    gone = control_plane.kubectl("get", "session", "fix-bug", "-n", namespace, check=False)
+    assert gone.returncode != 0
 
 
 def test_invalid_catalog_is_large_enough() -> None:

@@ -253,3 +253,100 @@ def test_an_agent_changed_mid_session_reaches_the_next_submission(
     first, second = (str(r["body"].get("system")) for r in scripted_model.requests(name))
     assert "PELICAN-7" not in first
     assert "PELICAN-7" in second
+
+
+def _refused(op: OperatorHandle, name: str, words: list[str]) -> dict[str, Any]:
+    def probe() -> dict[str, Any] | None:
+        status = op.session_status(name)
+        message = status.get("message") or ""
+        ok = status.get("phase") == "Failed" and all(w in message for w in words)
+        return status if ok else None
+
+    try:
+        return wait_for(f"session {name} refused: {words}", probe, timeout=30)
+    except AssertionError as err:
+        raise AssertionError(f"{err}\nstatus: {op.session_status(name)}") from None
+
+
+def test_a_budget_above_its_agents_is_marked_invalid_naming_the_field(
+    operator: OperatorHandle, git_repo: Path
+) -> None:
+    """No CRD rule compares two objects: the operator does, before anything is created."""
+    name = f"{operator.namespace}-rich"
+    operator.apply(
+        agent_doc(limits={"budget": {"tokens": 1000, "costUSD": 1}}),
+        session_doc(name, git_repo, budget={"tokens": 5000}),
+    )
+    status = _refused(operator, name, ["spec.budget.tokens"])
+    assert _condition(status, "Failed")["reason"] == "InvalidSpec"
+    assert operator.get("pod", f"corral-{name}") is None
+    assert operator.get("secret", f"corral-{name}-wire") is None
+
+
+def test_a_hand_made_child_under_another_agent_is_refused(
+    operator: OperatorHandle, git_repo: Path
+) -> None:
+    """A Session created by hand with a parentRef gets no more than a spawned child would:
+    it must run under its parent's Agent unless that Agent lists its own."""
+    parent = f"{operator.namespace}-boss"
+    child = f"{operator.namespace}-stray"
+    operator.apply(agent_doc("lead", orchestrator=True), agent_doc("coder"))
+    # The parent need not run for the check: a spec its sandbox cannot make keeps it podless.
+    operator.apply(
+        session_doc(parent, git_repo, agent="lead", workspace={"repo": "x", "ref": "-bad"})
+    )
+    wait_for("the parent to be judged", lambda: operator.session_status(parent).get("phase"))
+    boss = operator.get("session", parent)
+    assert boss is not None
+    uid = boss["metadata"]["uid"]
+    operator.apply(
+        session_doc(child, git_repo, agent="coder", parentRef={"name": parent, "uid": uid})
+    )
+    status = _refused(operator, child, ["spec.agentRef", "'coder'"])
+    assert _condition(status, "Failed")["reason"] == "InvalidSpec"
+    assert operator.get("pod", f"corral-{child}") is None
+
+    # Listed in the parent's children.agents, the same kind of child is allowed past the check.
+    allowed = f"{operator.namespace}-listed"
+    operator.apply(agent_doc("lead", orchestrator=True, children={"agents": ["coder"]}))
+    operator.apply(
+        session_doc(allowed, git_repo, agent="coder", parentRef={"name": parent, "uid": uid})
+    )
+
+    def past_the_check() -> dict[str, Any] | None:
+        status = operator.session_status(allowed)
+        return status if status.get("podName") else None
+
+    wait_for("the listed child to get its sandbox", past_the_check, timeout=30)
+
+
+def test_a_hand_made_child_naming_a_gone_parent_is_refused(
+    operator: OperatorHandle, git_repo: Path
+) -> None:
+    name = f"{operator.namespace}-orphan"
+    operator.apply(agent_doc())
+    operator.apply(
+        session_doc(name, git_repo, parentRef={"name": "no-such-parent", "uid": "u-123"})
+    )
+    status = _refused(operator, name, ["spec.parentRef", "not found"])
+    assert _condition(status, "Failed")["reason"] == "InvalidSpec"
+
+
+def test_a_secret_in_the_way_is_never_adopted(operator: OperatorHandle, git_repo: Path) -> None:
+    name = f"{operator.namespace}-squat"
+    operator.cp.kubectl(
+        "create",
+        "secret",
+        "generic",
+        f"corral-{name}-wire",
+        "-n",
+        operator.namespace,
+        "--from-literal=token=" + "k" * 40,
+        "--from-literal=custodian=" + "c" * 40,
+    )
+    operator.apply(agent_doc(), session_doc(name, git_repo))
+    status = _refused(operator, name, [f"Secret corral-{name}-wire", "not owned by this Session"])
+    assert _condition(status, "Failed")["reason"] == "ObjectInTheWay"
+    assert operator.get("pod", f"corral-{name}") is None
+    secret = operator.get("secret", f"corral-{name}-wire")
+    assert secret is not None and not secret["metadata"].get("ownerReferences")

@@ -1,5 +1,6 @@
 """RBAC on the real API server: the chart's operator rules are enough and no more; the sandbox
-identity may ask for work (Sessions, Approvals, Evidence) but never decide or read secrets."""
+identity may ask for work (Sessions, Approvals) but never decide, create Evidence (only the
+operator does) or read secrets."""
 
 from __future__ import annotations
 
@@ -66,6 +67,7 @@ OPERATOR = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}"
         ("create", "secrets"),
         ("get", "secrets"),
         ("create", "networkpolicies.networking.k8s.io"),
+        ("get", "networkpolicies.networking.k8s.io"),  # an existing one must be its own
         ("create", "events"),
         ("watch", "sessions.corral.dev"),
         ("patch", "sessions.corral.dev/status"),
@@ -97,6 +99,8 @@ def test_the_operator_may_do_what_its_code_does(
         ("create", "sessions.corral.dev"),
         ("create", "approvals.corral.dev"),
         ("delete", "agents.corral.dev"),
+        ("update", "networkpolicies.networking.k8s.io"),  # never adopt or overwrite
+        ("delete", "networkpolicies.networking.k8s.io"),
         ("create", "deployments.apps"),
         ("create", "rolebindings.rbac.authorization.k8s.io"),
         ("list", "namespaces"),
@@ -132,26 +136,39 @@ def _sandbox(namespace: str) -> str:
 @pytest.mark.parametrize(
     ("verb", "resource", "allowed"),
     [
-        ("create", "sessions.corral.dev", True),
+        # Exactly what the custodian's code calls.
+        ("create", "sessions.corral.dev", True),  # children
+        ("get", "sessions.corral.dev", True),  # its own, its children, its parent chain
+        ("list", "sessions.corral.dev", True),
         ("create", "approvals.corral.dev", True),
-        ("create", "evidences.corral.dev", True),
-        ("get", "sessions.corral.dev", True),
-        ("watch", "approvals.corral.dev", True),
-        ("get", "agents.corral.dev", True),
+        ("get", "approvals.corral.dev", True),
+        ("list", "approvals.corral.dev", True),
+        ("get", "evidences.corral.dev", True),  # read before land
+        ("list", "evidences.corral.dev", True),
+        ("get", "agents.corral.dev", True),  # its Agent, read live
+        # Only the operator creates Evidence; the sandbox never writes a verdict's object.
+        ("create", "evidences.corral.dev", False),
+        ("update", "evidences.corral.dev", False),
+        ("delete", "evidences.corral.dev", False),
+        ("patch", "evidences.corral.dev/status", False),
         ("update", "approvals.corral.dev/status", False),
         ("patch", "approvals.corral.dev/status", False),
         ("update", "approvals.corral.dev", False),
         ("delete", "approvals.corral.dev", False),
         ("patch", "sessions.corral.dev/status", False),
-        ("patch", "evidences.corral.dev/status", False),
         ("update", "sessions.corral.dev", False),
         ("delete", "sessions.corral.dev", False),
+        ("watch", "sessions.corral.dev", False),  # nothing it calls watches
+        ("watch", "approvals.corral.dev", False),
+        ("list", "agents.corral.dev", False),
+        ("create", "agents.corral.dev", False),
+        ("update", "agents.corral.dev", False),
+        ("get", "goals.corral.dev", False),
         ("get", "secrets", False),
         ("list", "secrets", False),
         ("create", "pods", False),
         ("create", "pods/exec", False),
         ("create", "serviceaccounts/token", False),
-        ("create", "agents.corral.dev", False),
     ],
 )
 def test_the_sandbox_identity_asks_but_never_decides(
@@ -231,6 +248,36 @@ def test_the_sandbox_identity_really_creates_but_cannot_decide_read_secrets_or_c
     assert listing.returncode != 0 and "forbidden" in listing.stderr.lower()
 
 
+def _evidence(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "corral.dev/v1alpha1",
+        "kind": "Evidence",
+        "metadata": {"name": name},
+        "spec": {
+            "repo": "https://example.invalid/repo.git",
+            "revision": "0123456789abcdef0123456789abcdef01234567",
+            "check": "unit",
+            "command": "true",
+        },
+    }
+
+
+def test_the_sandbox_identity_cannot_create_evidence(
+    control_plane: ControlPlane, chart_rbac: str
+) -> None:
+    """A real request with the sandbox's identity: a verdict's object is the operator's alone,
+    so an agent cannot mint the Evidence its own landing is gated on."""
+    ns = chart_rbac
+    sandbox = identity_kubeconfig(control_plane, ns, SANDBOX_SA)
+    created = _as(control_plane, sandbox, "create", "-n", ns, "-f", "-", doc=_evidence("forged"))
+    assert created.returncode != 0 and "forbidden" in created.stderr.lower(), created.stderr
+    assert control_plane.kubectl("get", "evidence", "forged", "-n", ns, check=False).returncode
+    # Reading Evidence (what land does) is allowed.
+    control_plane.kubectl("create", "-n", ns, "-f", "-", input=yaml.safe_dump(_evidence("real")))
+    read = _as(control_plane, sandbox, "get", "evidence", "real", "-n", ns, "-o", "name")
+    assert read.returncode == 0, read.stderr
+
+
 def test_the_chart_renders_with_defaults_and_refuses_bad_values(
     control_plane: ControlPlane,
 ) -> None:
@@ -253,5 +300,10 @@ def test_the_chart_renders_with_defaults_and_refuses_bad_values(
     assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"]
     assert sc["capabilities"] == {"drop": ["ALL"]} and sc["allowPrivilegeEscalation"] is False
     assert "--namespace=team-a" in container["args"]
-    with pytest.raises(Exception, match="runAsUser"):
-        render_chart(control_plane, "corral", "team-a", **{"sandbox.runAsUser": 0})
+    args = container["args"]
+    for flag in ("--harness-uid=10001", "--tools-uid=10002", "--custodian-uid=10003"):
+        assert flag in args
+    assert "--fs-group=10000" in args
+    assert "--dns-namespace=kube-system" in args and "--dns-pod-label=k8s-app=kube-dns" in args
+    with pytest.raises(Exception, match="uids"):
+        render_chart(control_plane, "corral", "team-a", **{"sandbox.uids.tools": 0})

@@ -1,6 +1,7 @@
 """The sandbox pod on the real API server and the local node: Pod Security `restricted` admits
-it (and refuses a weakened copy), and the running harness process holds no credential in its
-environment or in any file it mounts, while the custodian next to it does."""
+it (and refuses a weakened copy); the running harness holds no credential and no workspace, the
+tools process (where the agent's commands run) holds nothing at all, and the custodian next to
+them holds the keys."""
 
 from __future__ import annotations
 
@@ -61,7 +62,8 @@ def test_pod_security_restricted_admits_the_sandbox_and_refuses_a_weakened_one(
             "spec": session_doc("psa", git_repo)["spec"],
         }
     )
-    pod = build_sandbox(agent, session, OperatorSettings(), "t" * 43).pod
+    pod = build_sandbox(agent, session, OperatorSettings(), "t" * 43, "c" * 43).pod
+    assert [c["name"] for c in pod["spec"]["containers"]] == ["harness", "tools", "custodian"]
     pod["metadata"].pop("ownerReferences")  # a dry run has no Session to own it
     admitted = _dry_run(operator, pod)
     assert admitted.returncode == 0, admitted.stderr
@@ -72,6 +74,9 @@ def test_pod_security_restricted_admits_the_sandbox_and_refuses_a_weakened_one(
     def add_capability(p: dict[str, Any]) -> None:
         p["spec"]["containers"][1]["securityContext"]["capabilities"] = {"add": ["NET_ADMIN"]}
 
+    def tools_as_root(p: dict[str, Any]) -> None:
+        p["spec"]["containers"][1]["securityContext"]["runAsUser"] = 0
+
     def run_as_root(p: dict[str, Any]) -> None:
         p["spec"]["initContainers"][0]["securityContext"]["runAsUser"] = 0
 
@@ -81,6 +86,7 @@ def test_pod_security_restricted_admits_the_sandbox_and_refuses_a_weakened_one(
     weakenings: list[Callable[[dict[str, Any]], None]] = [
         escalate,
         add_capability,
+        tools_as_root,
         run_as_root,
         host_path,
     ]
@@ -97,15 +103,38 @@ def _env_of(pid: int) -> dict[str, str]:
     return {k: v for k, _, v in pairs}
 
 
-def _pid_with(marker: str) -> int | None:
+def _argv_of(pid: int) -> list[str]:
+    return [
+        a.decode(errors="replace") for a in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    ]
+
+
+def _pid_where(test: Callable[[int], bool]) -> int | None:
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                if marker.encode() in (entry / "environ").read_bytes().split(b"\0"):
+                if test(int(entry.name)):
                     return int(entry.name)
             except OSError:
                 continue
     return None
+
+
+def _pid_with(marker: str) -> int | None:
+    return _pid_where(
+        lambda pid: marker.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    )
+
+
+def _tools_pid(pod: str) -> int | None:
+    """The tools container's process: the exec service, in the pod named by HOSTNAME."""
+
+    def test(pid: int) -> bool:
+        argv = _argv_of(pid)
+        env = _env_of(pid)
+        return env.get("HOSTNAME") == pod and "serve" in argv and "--socket" in argv
+
+    return _pid_where(test)
 
 
 def _files_under(paths: list[Path]) -> list[Path]:
@@ -115,7 +144,7 @@ def _files_under(paths: list[Path]) -> list[Path]:
     return found
 
 
-def test_the_running_harness_holds_no_credential_in_env_or_files(
+def test_the_running_roles_hold_only_what_is_theirs(
     operator: OperatorHandle, scripted_model: ScriptedModelHandle, git_repo: Path
 ) -> None:
     ns = operator.namespace
@@ -144,13 +173,19 @@ def test_the_running_harness_holds_no_credential_in_env_or_files(
     ip = pod["status"]["podIP"]
     harness = wait_for("the harness", lambda: _pid_with(f"CORRAL_HARNESS_ADDR={ip}:8080"))
     custodian = wait_for("the custodian", lambda: _pid_with(f"CORRAL_CUSTODIAN_ADDR={ip}:8081"))
-    h_env, c_env = _env_of(harness), _env_of(custodian)
+    tools = wait_for("the tools process", lambda: _tools_pid(f"corral-{name}"))
+    h_env, c_env, t_env = _env_of(harness), _env_of(custodian), _env_of(tools)
 
-    # The custodian has what it needs; the harness has none of it.
+    # The custodian has what it needs.
     assert Path(c_env["CORRAL_MODEL_KEY_FILE"]).read_text() == MODEL_KEY
     assert Path(c_env["CORRAL_GIT_CREDENTIALS_FILE"]).read_text() == GIT_CREDENTIALS
     sa_token = Path(c_env["CORRAL_KUBE_TOKEN_FILE"]).read_text().strip()
     assert sa_token.count(".") == 2  # a JWT from the TokenRequest API
+    wire_token = Path(c_env["CORRAL_WIRE_TOKEN_FILE"]).read_text().strip()
+    credential = Path(c_env["CORRAL_CUSTODIAN_CREDENTIAL_FILE"]).read_text().strip()
+    secrets = (MODEL_KEY, "ghp_o1gitcredentialsecret", sa_token)
+
+    # The harness has none of the keys, and no way into the workspace.
     for key in (
         "CORRAL_MODEL_KEY_FILE",
         "CORRAL_GIT_CREDENTIALS_FILE",
@@ -161,20 +196,31 @@ def test_the_running_harness_holds_no_credential_in_env_or_files(
     ):
         assert key not in h_env, key
     h_values = "\n".join(h_env.values())
-    for secret in (MODEL_KEY, "ghp_o1gitcredentialsecret", sa_token):
+    for secret in secrets:
         assert secret not in h_values
 
-    # Every file under the harness's own mounts: the workspace, its state, its scratch and
-    # the wire token. None holds the key, the git secret or the service-account token.
+    # The tools process (every command the agent runs) holds nothing: no token, no credential,
+    # no Secret, no variable naming a control endpoint.
+    assert set(t_env) <= {"HOME", "HOSTNAME", "PATH"}, sorted(t_env)
+    t_values = "\n".join(t_env.values()) + "\n".join(_argv_of(tools))
+    for secret in (*secrets, wire_token, credential):
+        assert secret not in t_values
+    argv = _argv_of(tools)
+    workspace = Path(argv[argv.index("--root") + 1])
+    assert (workspace / "README.md").is_file()  # the checkout is really there, for the hands
+
+    # Every file under the harness's own mounts: its state, its scratch and the wire Secret.
+    # None holds the key, the git secret or the service-account token, nor the checkout.
     mounts = [
-        Path(h_env["CORRAL_GRANTED_ROOT"]),
         Path(h_env["CORRAL_STATE_DIR"]),
         Path(h_env["CORRAL_WIRE_TOKEN_FILE"]).parent,
         Path(h_env["HOME"]),
     ]
+    assert not any(str(m).startswith(str(workspace)) for m in mounts)
+    assert not any(str(workspace) in v for v in h_env.values())
     files = _files_under(mounts)
-    assert any(f.name == "README.md" for f in files)  # the checkout is really there
+    assert all(f.name != "README.md" for f in files)
     for f in files:
         data = f.read_bytes()
-        for secret in (MODEL_KEY, "ghp_o1gitcredentialsecret", sa_token):
+        for secret in secrets:
             assert secret.encode() not in data, f

@@ -14,13 +14,16 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from corral_api import API_VERSION
 from corral_api.kinds import Agent, ChildrenSummary, Session, SessionStatus
 
 from .. import naming
 from ..podbuilder import SandboxSpecError, build_pod
 from ..settings import OperatorSettings
+from . import reasons as R
 from .agent import agent_ready
-from .conditions import remove_condition, set_condition
+from .conditions import get_condition, remove_condition, set_condition
+from .lineage import Lineage, LineageRefusal, budget_above_agent, derive_lineage, spent_axis
 
 FINAL = frozenset({"Succeeded", "Failed", "Stopped"})
 SandboxState = Literal["absent", "starting", "ready", "released", "kept"]
@@ -46,6 +49,10 @@ class SessionPlan:
     # Come back after this many seconds even if nothing changes (TTL, a missing Agent).
     requeue_after: float | None = None
     events: list[PlannedEvent] = field(default_factory=list)
+    # What the parent chain allows (turns, budget); set whenever the Session may proceed.
+    lineage: Lineage | None = None
+    # The sandbox pod's IP once it serves (the custodian's usage record is there too).
+    pod_ip: str | None = None
 
     @property
     def drive(self) -> bool:
@@ -96,24 +103,50 @@ def _pending_for(approval: dict[str, Any], uid: str) -> bool:
     return bool(ref.get("uid") == uid and decision == "Pending")
 
 
-def _owned_by(obj: dict[str, Any], uid: str) -> bool:
+Ownership = Literal["ours", "earlier", "foreign"]
+
+
+def ownership(obj: dict[str, Any], name: str, uid: str) -> Ownership:
+    """Whose an object with the name the sandbox needs is.
+
+    `ours`: this Session (its uid) is its controller. `earlier`: it belongs only to an earlier
+    Session of the same name, which is gone (names are unique), so the garbage collector
+    removes it; wait. `foreign`: anything else. The operator never adopts and never overwrites.
+    """
     refs = obj.get("metadata", {}).get("ownerReferences") or []
-    return any(ref.get("uid") == uid for ref in refs)
+    if any(ref.get("uid") == uid and ref.get("controller") is True for ref in refs):
+        return "ours"
+    if refs and all(
+        ref.get("kind") == "Session"
+        and ref.get("apiVersion") == API_VERSION
+        and ref.get("name") == name
+        and ref.get("uid") != uid
+        for ref in refs
+    ):
+        return "earlier"
+    return "foreign"
+
+
+def is_budget_error(error: str | None) -> bool:
+    """A settlement's error that says the custodian refused the model call for the budget."""
+    return error is not None and "budget_exceeded" in error
 
 
 def _final_reason(status: SessionStatus) -> str:
     if status.phase == "Succeeded":
-        return "EvaluationPassed" if status.evaluation_turns else "Completed"
+        return R.EVALUATION_PASSED if status.evaluation_turns else R.COMPLETED
     if status.phase == "Stopped":
-        return "Stopped"
+        return R.STOPPED
     last = status.last_settlement
+    if last is not None and last.status == "failed" and is_budget_error(last.error):
+        return R.BUDGET_EXCEEDED
     if last is not None and last.status == "failed":
-        return "TurnFailed"
+        return R.TURN_FAILED
     if last is not None and last.status == "aborted":
-        return "TurnAborted"
+        return R.TURN_ABORTED
     if status.evaluation_turns:
-        return "EvaluationFailed"
-    return "Failed"
+        return R.EVALUATION_FAILED
+    return R.FAILED
 
 
 def session_conditions(
@@ -137,15 +170,18 @@ def session_conditions(
         conds = set_condition(conds, type_, value, why, text, now=now, generation=generation)
 
     ready_reason = {
-        "absent": ("False", "SandboxPending", "the sandbox pod is not created yet"),
-        "starting": ("False", "SandboxStarting", "waiting for the harness to be ready"),
-        "ready": ("True", "SandboxReady", "the harness is serving"),
-        "released": ("False", "SandboxReleased", "the sandbox pod was removed"),
-        "kept": ("True", "SandboxKept", "the sandbox pod is kept (keepSandbox)"),
+        "absent": ("False", R.SANDBOX_PENDING, "the sandbox pod is not created yet"),
+        "starting": ("False", R.SANDBOX_STARTING, "waiting for the harness to be ready"),
+        "ready": ("True", R.SANDBOX_READY, "the harness is serving"),
+        "released": ("False", R.SANDBOX_RELEASED, "the sandbox pod was removed"),
+        "kept": ("True", R.SANDBOX_KEPT, "the sandbox pod is kept (keepSandbox)"),
     }[sandbox]
     put("Ready", ready_reason[0], ready_reason[1], ready_reason[2])  # type: ignore[arg-type]
     if status.phase in FINAL:
-        why = reason or _final_reason(status)
+        # Why a session ended is said once: a later pass keeps the reason it ended with.
+        # (Succeeded is removed while a session runs, so finding it means it had ended.)
+        ended = get_condition(conds, "Succeeded")
+        why = reason or (ended.reason if ended is not None else None) or _final_reason(status)
         put("Progressing", "False", why, message)
         put("Succeeded", "True" if status.phase == "Succeeded" else "False", why, message)
         if status.phase == "Failed":
@@ -180,11 +216,18 @@ def plan_session(
     now: datetime,
     children: list[dict[str, Any]] | None = None,
     approvals: list[dict[str, Any]] | None = None,
+    *,
+    parents: list[dict[str, Any]] | None = None,
+    ancestor_agents: dict[str, dict[str, Any] | None] | None = None,
+    existing: dict[str, dict[str, Any]] | None = None,
 ) -> SessionPlan:
     """Decide the next actions and the status for one Session.
 
     `children` are the Sessions this one started (labelled with its uid); `approvals` are the
-    namespace's Approvals, read only while the Session waits for a human.
+    namespace's Approvals, read only while the Session waits for a human. `parents` are the
+    Sessions met walking `spec.parentRef` up, nearest first, and `ancestor_agents` the Agents
+    they name (None: not found). `existing` holds the sandbox's Secret and NetworkPolicy by kind
+    when objects with their names exist (looked up while the pod is absent).
     """
     stamp = now_text(now)
     md = body.get("metadata") or {}
@@ -217,17 +260,36 @@ def plan_session(
         return result(
             _finish(old, "Failed", f"invalid spec: {where}: {first['msg']}", stamp),
             "released",
-            "InvalidSpec",
+            R.INVALID_SPEC,
         )
 
-    name = str(md.get("name", ""))
-    if pod is not None and not _owned_by(pod, str(md.get("uid", ""))):
-        # A pod of an earlier Session with this name: garbage collection will remove it.
-        if old.phase in FINAL:
-            pod = None
-        else:
-            held = old.model_copy(update={"message": "waiting for an earlier sandbox to go"})
-            return result(held, "absent", "SandboxConflict", requeue_after=1.0)
+    name, uid = str(md.get("name", "")), str(md.get("uid", ""))
+    # Objects under the sandbox's names: used only when this Session controls them.
+    owners: dict[str, Ownership] = {
+        f"{kind} {obj.get('metadata', {}).get('name', '')}": ownership(obj, name, uid)
+        for kind, obj in sorted((existing or {}).items())
+    }
+    if pod is not None:
+        owners[f"Pod {pod.get('metadata', {}).get('name', '')}"] = ownership(pod, name, uid)
+        if old.phase in FINAL and ownership(pod, name, uid) != "ours":
+            pod = None  # never release a pod that is not ours
+    foreign = [what for what, owner in owners.items() if owner == "foreign"]
+    if old.phase not in FINAL and foreign:
+        one = len(foreign) == 1
+        failed = _finish(
+            old,
+            "Failed",
+            f"{' and '.join(foreign)} already exist{'s' if one else ''} and "
+            f"{'is' if one else 'are'} not owned by this Session; the operator never adopts or "
+            "overwrites an object it did not create for this Session: remove it, or give the "
+            "Session another name",
+            stamp,
+        )
+        return result(failed, "absent", R.OBJECT_IN_THE_WAY)
+    if old.phase not in FINAL and "earlier" in owners.values():
+        # Objects of an earlier Session with this name: garbage collection removes them.
+        held = old.model_copy(update={"message": "waiting for an earlier sandbox to go"})
+        return result(held, "absent", R.SANDBOX_CONFLICT, requeue_after=1.0)
     pod_alive = pod is not None and not pod.get("metadata", {}).get("deletionTimestamp")
 
     # ---- the session has ended: release the sandbox, then the Session after its TTL.
@@ -254,7 +316,7 @@ def plan_session(
         held = old.model_copy(
             update={"phase": "Pending", "message": f"Agent {session.spec.agent_ref!r} not found"}
         )
-        return result(held, "absent", "AgentNotFound", requeue_after=5.0)
+        return result(held, "absent", R.AGENT_NOT_FOUND, requeue_after=5.0)
     if not agent_ready(agent_body):
         ready: dict[str, Any] = next(
             (
@@ -271,26 +333,57 @@ def plan_session(
                 "message": f"Agent {session.spec.agent_ref!r} is not ready: {why}",
             }
         )
-        return result(held, "absent", "AgentNotReady", requeue_after=5.0)
+        return result(held, "absent", R.AGENT_NOT_READY, requeue_after=5.0)
     try:
         agent = Agent.model_validate({k: agent_body.get(k) for k in ("metadata", "spec")})
         build_pod(agent, session, settings)
     except (ValidationError, SandboxSpecError) as exc:
         return result(
-            _finish(old, "Failed", f"invalid spec: {exc}", stamp), "released", "InvalidSpec"
+            _finish(old, "Failed", f"invalid spec: {exc}", stamp), "released", R.INVALID_SPEC
         )
+    # No CRD rule can compare two objects: a budget above the Agent's is refused here.
+    over = budget_above_agent(session.spec.budget, agent.spec.limits.budget)
+    if over is not None:
+        return result(
+            _finish(old, "Failed", f"invalid spec: {over}", stamp), "released", R.INVALID_SPEC
+        )
+    # ---- where the Session sits in its tree: depth, turns and budget, derived, never read.
+    lineage = derive_lineage(body, agent.spec, parents or [], ancestor_agents or {})
+    if isinstance(lineage, LineageRefusal):
+        if lineage.hold:
+            held = old.model_copy(update={"phase": "Pending", "message": lineage.message})
+            return result(held, "absent", lineage.reason, requeue_after=5.0)
+        failed = _finish(old, "Failed", f"invalid spec: {lineage.message}", stamp)
+        return result(failed, "released", lineage.reason)
+
+    def out_of_turns() -> SessionPlan:
+        assert isinstance(lineage, Lineage)
+        text = (
+            f"no turn left: {old.turns} of {lineage.max_turns} used"
+            if lineage.max_turns > 0
+            else "no turn left: the parent session has none left to give"
+        )
+        return result(_finish(old, "Failed", text, stamp), "released", R.TURN_LIMIT_REACHED)
 
     pod_name = naming.pod_name(name)
     # ---- the pod went away after it was made: the conversation went with it.
     if not pod_alive:
         if old.pod_name and (old.turns or old.ledger or old.phase != "Pending"):
             lost = _finish(old, "Failed", f"the sandbox pod {old.pod_name} was lost", stamp)
-            return result(lost, "released", "SandboxLost")
+            return result(lost, "released", R.SANDBOX_LOST)
         if pod is not None:  # still terminating from an earlier life; wait for it to go
             return result(old, "absent", requeue_after=1.0)
+        if old.turns >= lineage.max_turns:
+            return out_of_turns()
+        spent = spent_axis(lineage.budget)
+        if spent is not None:
+            text = f"the budget is spent before the session starts: nothing left in {spent}"
+            if session.spec.parent_ref is not None:
+                text += " (the parent session's remainder)"
+            return result(_finish(old, "Failed", text, stamp), "released", R.BUDGET_EXCEEDED)
         created = old.model_copy(update={"pod_name": pod_name, "message": "creating the sandbox"})
         events.append(PlannedEvent("Normal", "SandboxCreating", f"creating pod {pod_name}"))
-        return result(created, "absent", "CreatingSandbox", create_sandbox=True)
+        return result(created, "absent", R.CREATING_SANDBOX, create_sandbox=True, lineage=lineage)
 
     assert pod is not None
     status = old.model_copy(update={"pod_name": pod["metadata"].get("name", pod_name)})
@@ -303,7 +396,6 @@ def plan_session(
             status = status.model_copy(update={"message": "the harness is ready"})
         # A turn that ended waiting resumes only once what it waits for is there; re-admitting
         # at once would spin. The driver then admits the follow-up itself.
-        uid = str(md.get("uid", ""))
         waiting = status.ledger is None and (
             (status.phase == "WaitingForChildren" and status.children.running > 0)
             or (
@@ -312,11 +404,13 @@ def plan_session(
             )
         )
         if waiting:
-            return result(status, "ready", requeue_after=WAIT_RECHECK)
-        return result(status, "ready", harness_url=url)
+            return result(status, "ready", requeue_after=WAIT_RECHECK, lineage=lineage)
+        if status.ledger is None and status.turns >= lineage.max_turns:
+            return out_of_turns()  # the next admission would be one turn too many
+        return result(status, "ready", harness_url=url, lineage=lineage, pod_ip=ip)
     if status.phase == "Pending":
         status = status.model_copy(update={"message": "waiting for the harness to be ready"})
-    return result(status, "starting", requeue_after=5.0)
+    return result(status, "starting", requeue_after=5.0, lineage=lineage)
 
 
 def with_sandbox_refused(
@@ -335,7 +429,7 @@ def with_sandbox_refused(
         held.conditions,
         "Ready",
         "False",
-        "SandboxRefused",
+        R.SANDBOX_REFUSED,
         held.message or "",
         now=stamp,
         generation=generation,

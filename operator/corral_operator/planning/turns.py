@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral_api.kinds import SessionStatus
+from corral_api.kinds import SessionStatus, Usage
 
 from ..driver import DriverState
 from .session import PlannedEvent, SandboxState, session_conditions
@@ -24,15 +24,24 @@ def status_with_driver_state(
     *,
     now: str,
     generation: int,
+    usage: Usage | None = None,
+    reason: str | None = None,
 ) -> dict[str, Any]:
-    """The Session status after the driver saved `state`: its fields over the old status."""
-    merged = SessionStatus.model_validate(old or {}).model_copy(
+    """The Session status after the driver saved `state`: its fields over the old status.
+
+    `usage` is the custodian's record when one was just read; the driver's own sum of what the
+    harness reported never reaches the status (docs/decisions/0062), so without a fresh record
+    the status keeps the last one. `reason` names why the session ended when the store, not the
+    driver, ended it (BudgetExceeded).
+    """
+    previous = SessionStatus.model_validate(old or {})
+    merged = previous.model_copy(
         update={
             "phase": state.phase,
             "turns": state.turns,
             "ledger": state.ledger,
             "last_settlement": state.last_settlement,
-            "usage": state.usage,
+            "usage": usage if usage is not None else previous.usage,
             "evaluation_turns": state.evaluation_turns,
             "message": state.message,
             "started_at": state.started_at,
@@ -41,7 +50,7 @@ def status_with_driver_state(
     )
     if state.finished and sandbox == "ready":
         sandbox = "kept"  # until the planner releases it on its next pass
-    return session_conditions(merged, sandbox, now=now, generation=generation).wire()
+    return session_conditions(merged, sandbox, now=now, generation=generation, reason=reason).wire()
 
 
 def driver_state_from_status(status: dict[str, Any] | None) -> DriverState:

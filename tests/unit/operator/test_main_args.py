@@ -39,6 +39,10 @@ def test_flags_become_settings() -> None:
         ["-A", "--platform-egress", "10.0.0.0/8:https"],
         ["-A", "--operator-pod-label", "novalue"],
         ["-A", "--token-expiry-seconds", "60"],
+        ["-A", "--tools-uid", "0"],
+        ["-A", "--tools-uid", "10001"],  # the same uid as the harness
+        ["-A", "--fs-group", "10003"],  # a role's uid is no shared group
+        ["-A", "--dns-pod-label", "novalue"],
     ],
 )
 def test_bad_flags_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,3 +59,31 @@ def test_local_repo_root_is_off_by_default_and_made_absolute(
     monkeypatch.chdir(str(tmp_path))
     s = settings_from(parse_args(["-A", "--local-repo-root", "repos"]))
     assert s.local_repo_root == f"{tmp_path}/repos"
+
+
+def test_uids_and_dns_flags_become_settings() -> None:
+    defaults = settings_from(parse_args(["-A"]))
+    assert (defaults.harness_uid, defaults.tools_uid, defaults.custodian_uid) == (
+        10001,
+        10002,
+        10003,
+    )
+    assert defaults.fs_group == 10000
+    assert defaults.dns_namespace == "kube-system"
+    assert defaults.dns_pod_labels == {"k8s-app": "kube-dns"}
+    s = settings_from(
+        parse_args(
+            [
+                "-A",
+                "--harness-uid=2001",
+                "--tools-uid=2002",
+                "--custodian-uid=2003",
+                "--fs-group=2000",
+                "--dns-namespace=dns",
+                "--dns-pod-label=app=coredns",
+            ]
+        )
+    )
+    assert (s.harness_uid, s.tools_uid, s.custodian_uid, s.fs_group) == (2001, 2002, 2003, 2000)
+    assert s.run_as_user == 2002  # a pod that holds nothing (Evidence) runs as the tools uid
+    assert s.dns_namespace == "dns" and s.dns_pod_labels == {"app": "coredns"}

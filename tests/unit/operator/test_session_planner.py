@@ -49,7 +49,15 @@ def _pod(
     md: dict[str, Any] = {
         "name": "corral-fix-bug",
         "uid": "pod-uid",
-        "ownerReferences": [{"kind": "Session", "name": "fix-bug", "uid": owner}],
+        "ownerReferences": [
+            {
+                "apiVersion": "corral.dev/v1alpha1",
+                "kind": "Session",
+                "name": "fix-bug",
+                "uid": owner,
+                "controller": True,
+            }
+        ],
     }
     if deleting:
         md["deletionTimestamp"] = "2026-11-29T11:59:00Z"

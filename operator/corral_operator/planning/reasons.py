@@ -1,0 +1,63 @@
+"""The one vocabulary of a Session's condition reasons (Ready, Progressing, Succeeded, Failed).
+
+Every reason the operator writes on a Session is named here; docs/operations.md tables them.
+Besides these, Progressing carries `Turn<N>InFlight` while a turn runs and the phase name
+(Pending, Running, WaitingForHuman, WaitingForChildren) otherwise.
+"""
+
+from __future__ import annotations
+
+# Ready: the sandbox.
+SANDBOX_PENDING = "SandboxPending"  # the pod is not created yet
+SANDBOX_STARTING = "SandboxStarting"  # waiting for the harness to be ready
+SANDBOX_READY = "SandboxReady"  # the harness is serving
+SANDBOX_RELEASED = "SandboxReleased"  # the pod was removed
+SANDBOX_KEPT = "SandboxKept"  # the pod stays after the end (keepSandbox)
+SANDBOX_REFUSED = "SandboxRefused"  # the API server refused a sandbox object; retried
+
+# Progressing while the session cannot start yet.
+CREATING_SANDBOX = "CreatingSandbox"
+SANDBOX_CONFLICT = "SandboxConflict"  # objects of an earlier Session of this name are going
+AGENT_NOT_FOUND = "AgentNotFound"  # its Agent, or an ancestor's, does not exist (yet)
+AGENT_NOT_READY = "AgentNotReady"  # its Agent is not valid
+
+# Succeeded / Failed: how the session ended.
+COMPLETED = "Completed"
+EVALUATION_PASSED = "EvaluationPassed"
+EVALUATION_FAILED = "EvaluationFailed"
+STOPPED = "Stopped"
+TURN_FAILED = "TurnFailed"
+TURN_ABORTED = "TurnAborted"
+FAILED = "Failed"  # failed, no more specific reason known
+INVALID_SPEC = "InvalidSpec"  # the spec cannot work (names the field)
+OBJECT_IN_THE_WAY = "ObjectInTheWay"  # a Secret, policy or pod with the sandbox's name is not its
+SANDBOX_LOST = "SandboxLost"  # the pod went away mid-session
+BUDGET_EXCEEDED = "BudgetExceeded"  # the custodian's record says the budget is spent
+TURN_LIMIT_REACHED = "TurnLimitReached"  # no turn left (its own cap, or its parent's)
+
+SESSION_REASONS: frozenset[str] = frozenset(
+    {
+        SANDBOX_PENDING,
+        SANDBOX_STARTING,
+        SANDBOX_READY,
+        SANDBOX_RELEASED,
+        SANDBOX_KEPT,
+        SANDBOX_REFUSED,
+        CREATING_SANDBOX,
+        SANDBOX_CONFLICT,
+        AGENT_NOT_FOUND,
+        AGENT_NOT_READY,
+        COMPLETED,
+        EVALUATION_PASSED,
+        EVALUATION_FAILED,
+        STOPPED,
+        TURN_FAILED,
+        TURN_ABORTED,
+        FAILED,
+        INVALID_SPEC,
+        OBJECT_IN_THE_WAY,
+        SANDBOX_LOST,
+        BUDGET_EXCEEDED,
+        TURN_LIMIT_REACHED,
+    }
+)
