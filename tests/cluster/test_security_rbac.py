@@ -75,6 +75,7 @@ OPERATOR = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}"
         ("update", "sessions.corral.dev/finalizers"),
         ("patch", "agents.corral.dev/status"),
         ("patch", "evidences.corral.dev/status"),
+        ("create", "evidences.corral.dev"),  # only the operator creates Evidence
         ("watch", "approvals.corral.dev"),
     ],
 )

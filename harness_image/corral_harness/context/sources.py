@@ -1,50 +1,28 @@
 """Collecting the five layers' contents from the Agent, the workspace and the transcript.
 
-This is the I/O side (it reads the tree); `assemble` stays pure. The turn policy and
-`corral context` both call `collect_layers`, so the command shows what the turn would send.
+Pure: what the workspace holds arrives as facts read through the workspace port, so the turn
+policy and `corral context` build the same layers from the same facts.
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-from corral_api.kinds import AgentSpec
 
 from .assembly import Unit
 from .compaction import Message, active_messages, is_compaction_entry, turn_starts
-from .instructions import InstructionFileCache, instruction_units
-from .layers import LayerName
 
 MAX_LISTED_ENTRIES = 200
 
 
-def _git_branch(root: Path) -> str | None:
-    try:
-        head = (root / ".git" / "HEAD").read_text().strip()
-    except OSError:
-        return None
-    return head.removeprefix("ref: refs/heads/") if head.startswith("ref: ") else head[:12]
-
-
-def project_units(root: Path) -> list[Unit]:
-    """Where the agent works: the root, its branch, and the top-level entries."""
+def project_units(root: Path, branch: str | None, entries: Sequence[str]) -> list[Unit]:
+    """Where the agent works: the root, its branch, and the top-level entries (read through
+    the workspace port by the caller, so this stays pure)."""
     lines = [f"Workspace (granted root): {root}"]
-    branch = _git_branch(root)
     if branch:
         lines.append(f"Git branch: {branch}")
-    try:
-        entries = sorted(
-            (e.name + ("/" if e.is_dir(follow_symlinks=False) else ""))
-            for e in os.scandir(root)
-            if e.name != ".git"
-        )
-    except OSError:
-        entries = []
     if entries:
-        shown = entries[:MAX_LISTED_ENTRIES]
+        shown = list(entries[:MAX_LISTED_ENTRIES])
         more = len(entries) - len(shown)
         lines.append(
             "Top-level entries: " + ", ".join(shown) + (f" (+{more} more)" if more else "")
@@ -103,21 +81,3 @@ def task_units(transcript: Sequence[Message]) -> list[Unit]:
     if active and is_compaction_entry(active[0]):
         units.append(Unit("state", "Earlier turns are summarized in the first message."))
     return units
-
-
-def collect_layers(
-    agent: AgentSpec,
-    root: Path,
-    cache: InstructionFileCache,
-    transcript: Sequence[dict[str, Any]],
-    *,
-    read_only: bool,
-    extra_rules: Sequence[str] = (),
-) -> dict[LayerName, list[Unit]]:
-    return {
-        LayerName.IDENTITY: [Unit("agent:identity", agent.identity, header=False)],
-        LayerName.INSTRUCTION_FILES: instruction_units(cache.load(root), agent.instructions),
-        LayerName.PROJECT_CONTEXT: project_units(root),
-        LayerName.BUSINESS_RULES: rule_units(root, read_only=read_only, extra=extra_rules),
-        LayerName.TASK_STATE: task_units(transcript),
-    }

@@ -48,7 +48,7 @@ from ..context.instructions import (
     instruction_units,
 )
 from ..context.layers import LayerName
-from ..context.sources import MAX_LISTED_ENTRIES, rule_units, task_units
+from ..context.sources import project_units, rule_units, task_units
 from ..hooks import HookEvent, HookOutcome, Hooks, Phase
 from ..memory import MemoryStore, prune_turn_records, recall_hook
 from ..paths import PathVerdict
@@ -115,20 +115,6 @@ def memory_per_scope(db_path: str | Path) -> MemoryFor:
         return store
 
     return lookup
-
-
-def project_units(root: Path, branch: str | None, entries: Sequence[str]) -> list[Unit]:
-    """Where the agent works: the root, its branch, and the top-level entries."""
-    lines = [f"Workspace (granted root): {root}"]
-    if branch:
-        lines.append(f"Git branch: {branch}")
-    if entries:
-        shown = list(entries[:MAX_LISTED_ENTRIES])
-        more = len(entries) - len(shown)
-        lines.append(
-            "Top-level entries: " + ", ".join(shown) + (f" (+{more} more)" if more else "")
-        )
-    return [Unit(source="workspace", text="\n".join(lines))]
 
 
 def _branch(head: str | None) -> str | None:
