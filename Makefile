@@ -45,6 +45,11 @@ test-unit: $(STAMP) ## Unit tests only (no processes, no cluster)
 bench: $(STAMP) control-plane exec ## Benchmarks: harness step overhead, cold start, context, operator
 	@for b in bench/*_bench.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
+node: ## Build the real node (containerd, kubelet, kube-proxy, CoreDNS, kube-router) and Corral's images (root; cached in ~/.cache/corral)
+	bash hack/node/install-packages.sh
+	bash hack/node/build-node.sh >/dev/null
+	bash hack/node/build-images.sh >/dev/null
+
 demo: $(STAMP) ## Run the demo session on this machine: no cluster, no network, no key needed
 	CORRAL_BIN=$(BIN)/corral bash demo/run_demo.sh
 
@@ -60,4 +65,4 @@ e2e-kind: ## End-to-end on kind (needs Docker and kind; not in CI here)
 clean: ## Remove the venv and local state (keeps the binary cache)
 	rm -rf $(VENV) .corral
 
-.PHONY: help venv control-plane exec crds crds-check lint test test-unit bench demo dev-cluster dev-cluster-down e2e-kind clean
+.PHONY: help venv node control-plane exec crds crds-check lint test test-unit bench demo dev-cluster dev-cluster-down e2e-kind clean

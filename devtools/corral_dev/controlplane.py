@@ -23,7 +23,10 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-control-plane.sh"
-SERVICE_CIDR = "10.96.0.0/16"
+# Services (and so the `kubernetes` Service's 198.19.0.1) in 198.18.0.0/15, the benchmarking
+# range: a pod on the real node never sends traffic to a private range.
+SERVICE_CIDR = "198.19.0.0/16"
+API_SERVICE_IP = "198.19.0.1"  # the first address of SERVICE_CIDR
 API_AUDIENCE = "https://kubernetes.default.svc.cluster.local"
 
 
@@ -173,7 +176,7 @@ def _make_pki(pki: Path) -> None:
     # Serving certificate for 127.0.0.1 and the in-cluster names.
     (pki / "serving.cnf").write_text(
         "[req]\ndistinguished_name=dn\n[dn]\n[ext]\n"
-        "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,"
+        f"subjectAltName=IP:127.0.0.1,IP:{API_SERVICE_IP},DNS:localhost,DNS:kubernetes,"
         "DNS:kubernetes.default,DNS:kubernetes.default.svc,"
         "DNS:kubernetes.default.svc.cluster.local\n"
         "extendedKeyUsage=serverAuth\n"
@@ -319,6 +322,9 @@ def start(state_dir: Path, *, controller_manager: bool = True) -> ControlPlane:
             "LimitRanger,ResourceQuota,DefaultTolerationSeconds,MutatingAdmissionWebhook,"
             "ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,OwnerReferencesPermissionEnforcement",
             "--allow-privileged=false",
+            # A node named otherwise than its address is reached by its InternalIP.
+            "--kubelet-preferred-address-types",
+            "InternalIP,Hostname",
             "--v",
             "1",
         ],

@@ -212,6 +212,10 @@ class AnthropicEngine:
             ]
         attempt = 0
         while True:
+            # An abort that came while the request was prepared (the hooks await, and nothing
+            # is in flight for abort() to cancel) must not start one: it would run to its end.
+            if self._aborted.is_set():
+                raise _Cut(MessageBuilder())
             builder = MessageBuilder()
             task = asyncio.ensure_future(self._stream_once(params, builder))
             self._inflight = task

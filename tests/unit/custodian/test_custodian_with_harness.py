@@ -138,3 +138,55 @@ def test_the_harness_never_holds_the_key_and_pushes_through_the_menu(
         capture_output=True, check=False,
     ).returncode != 0  # fmt: skip
     assert MODEL_KEY not in json.dumps(events)
+
+
+def test_an_abort_answers_at_once_while_a_model_call_waits_in_the_custodian(
+    scripted: tuple[ScriptedModel, str], tmp_path: Path
+) -> None:
+    import time
+
+    model, upstream = scripted
+    root = tmp_path / "workspace"
+    root.mkdir()
+    conv = new_conversation()
+    slow = {"text": "slow", "delay": 30}
+    model.set_script(parse_script({"conversations": {conv: [slow, slow]}}))
+    credential = tmp_path / "pod-credential"
+    credential.write_text("pod-local-credential-0123456789\n")
+    env = {
+        "CORRAL_UPSTREAM_URL": upstream,
+        "ANTHROPIC_API_KEY": MODEL_KEY,
+        "CORRAL_STATE_DIR": str(tmp_path / "custodian-state"),
+        "CORRAL_AGENT_SPEC_JSON": json.dumps(AGENT),
+        "CORRAL_CUSTODIAN_CREDENTIAL_FILE": str(credential),
+    }
+    with running_custodian(env, tmp_path / "custodian.log") as custodian:
+        harness = Harness(
+            model_url=custodian.url,
+            menu_url=custodian.url,
+            state_dir=tmp_path / "harness-state",
+            root=root,
+            extra_env={"CORRAL_CUSTODIAN_CREDENTIAL_FILE": str(credential)},
+        )
+        harness.start()
+        try:
+            # An abort that lands before the model call starts: the call must not start.
+            early = harness.admit(conv, "go", spec=AGENT)
+            started = time.monotonic()
+            assert harness.abort(conv) is True
+            assert time.monotonic() - started < 5
+            assert harness.wait_settled(conv, early["submissionId"])["status"] == "aborted"
+            # And one that lands while the call waits upstream: it is cut at once.
+            before = len([r for r in model.requests if r["conversation"] == conv])
+            admitted = harness.admit(conv, "go", spec=AGENT)
+            deadline = time.monotonic() + 20
+            while len([r for r in model.requests if r["conversation"] == conv]) == before:
+                assert time.monotonic() < deadline, "the model call never reached upstream"
+                time.sleep(0.05)
+            started = time.monotonic()
+            assert harness.abort(conv) is True
+            assert time.monotonic() - started < 5
+            settled = harness.wait_settled(conv, admitted["submissionId"], timeout=10)
+            assert settled["status"] == "aborted"
+        finally:
+            harness.stop()

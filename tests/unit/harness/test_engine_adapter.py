@@ -195,3 +195,22 @@ async def test_abort_at_tool_start_runs_no_call(scripted: RunningServer, tmp_pat
 
 async def _ignore(event: EngineEvent) -> None:
     return None
+
+
+async def test_an_abort_while_the_request_is_prepared_sends_no_request(
+    scripted: RunningServer, tmp_path: Path
+) -> None:
+    """The abort lands while the context is assembled (a workspace survey through the exec
+    service can take that long): the request must not start, or the abort waits for it."""
+    _script(scripted, "prepared", [{"text": "slow", "delay": 20}])
+    engine = _engine(scripted)
+
+    class AbortWhilePreparing(RecordingHooks):
+        async def before_request(self, messages: list[dict[str, Any]]) -> RequestPlan:
+            plan = await super().before_request(messages)
+            engine.abort()
+            return plan
+
+    outcome = await engine.run(_job("prepared", tmp_path), AbortWhilePreparing(), _ignore)
+    assert outcome.status == "aborted"
+    assert not [r for r in scripted.model.requests if r["conversation"] == "prepared"]

@@ -1,0 +1,162 @@
+"""The node tier: real containers on a real kubelet, containerd and runc, with kube-proxy,
+CoreDNS and an iptables NetworkPolicy enforcer, against the local control plane.
+
+One control plane and one real node serve the whole run (`real_node`, session-scoped). The
+node needs root and a Linux kernel with network namespaces and br_netfilter; its binaries and
+images are built by hack/node/ once, after collection and before the first test (a cold
+build is not charged to a test's timeout), and cached under ~/.cache/corral.
+
+When the node cannot be built or started, the tier FAILS if CORRAL_REQUIRE_NODE=1 (CI), and
+otherwise is skipped with the reason (a person's machine without root).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NoReturn
+from unittest import mock
+
+import pytest
+
+from corral_dev import controlplane, realnode
+
+from ._host import host_iptables_rules
+
+REQUIRE = os.environ.get("CORRAL_REQUIRE_NODE", "") not in ("", "0")
+_counter = itertools.count()
+_timings: dict[str, float] = {}  # shown at the end of the run
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "node: needs the real node (root; built on first use)")
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if _timings:
+        parts = ", ".join(f"{k} {v:.1f}s" for k, v in _timings.items())
+        terminalreporter.write_line(f"node tier: {parts}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.node)
+
+
+def _cannot_run(reason: str) -> NoReturn:
+    if REQUIRE:
+        pytest.fail(
+            f"CORRAL_REQUIRE_NODE is set and the real node cannot run: {reason}", pytrace=False
+        )
+    pytest.skip(f"the real node cannot run here: {reason} (set CORRAL_REQUIRE_NODE=1 to fail)")
+
+
+_build: dict[str, realnode.Artifacts | str] = {}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build the node and images once, before any test runs: a cold build (tens of minutes on
+    a fresh machine) is not charged to the first test's timeout."""
+    here = Path(__file__).parent
+    if not any(here in Path(str(item.fspath)).parents for item in session.items):
+        return
+    if realnode.unavailable_reason():
+        return  # the fixture reports it
+    start = time.monotonic()
+    try:
+        _build["artifacts"] = realnode.build()
+    except realnode.NodeError as e:
+        _build["error"] = str(e)
+    _timings["build (hack/node)"] = time.monotonic() - start
+
+
+@pytest.fixture(scope="session")
+def node_artifacts() -> realnode.Artifacts:
+    reason = realnode.unavailable_reason()
+    if reason:
+        _cannot_run(reason)
+    if "error" in _build:
+        _cannot_run(f"building it failed: {_build['error']}")
+    built = _build.get("artifacts")
+    if not isinstance(built, realnode.Artifacts):  # collected without the hook (e.g. --co)
+        start = time.monotonic()
+        try:
+            built = realnode.build()
+        except realnode.NodeError as e:
+            _cannot_run(f"building it failed: {e}")
+        _timings["build (hack/node)"] = time.monotonic() - start
+    return built
+
+
+@pytest.fixture(scope="session")
+def node_plane(node_artifacts: realnode.Artifacts) -> Iterator[controlplane.ControlPlane]:
+    """A control plane of the node tier's own, its Services in 198.19.0.0/16."""
+    state = Path(tempfile.mkdtemp(prefix="corral-cp-node-"))
+    start = time.monotonic()
+    with mock.patch.object(controlplane, "SERVICE_CIDR", realnode.NODE_SERVICE_CIDR):
+        plane = controlplane.start(state)
+    _timings["control plane start"] = time.monotonic() - start
+    try:
+        controlplane.install_crds(plane)
+        yield plane
+    finally:
+        plane.stop()
+
+
+_host_rules: dict[str, set[str]] = {}
+
+
+@pytest.fixture
+def host_rules_before(real_node: realnode.RealNode) -> set[str]:
+    """The host's iptables rules from just before the node started."""
+    return _host_rules["before"]
+
+
+@pytest.fixture(scope="session")
+def real_node(
+    node_plane: controlplane.ControlPlane, node_artifacts: realnode.Artifacts
+) -> Iterator[realnode.RealNode]:
+    work = Path(tempfile.mkdtemp(prefix="corral-realnode-"))
+    _host_rules["before"] = host_iptables_rules()
+    start = time.monotonic()
+    try:
+        node = realnode.start(
+            node_plane, work, artifacts=node_artifacts, service_cidr=realnode.NODE_SERVICE_CIDR
+        )
+    except realnode.NodeError as e:
+        _cannot_run(f"starting it failed: {e}")
+    _timings["node start"] = time.monotonic() - start
+    try:
+        yield node
+    finally:
+        start = time.monotonic()
+        problems = node.stop()
+        _timings["node stop"] = time.monotonic() - start
+        assert not problems, f"the real node's teardown left: {problems}"
+        added = host_iptables_rules() - _host_rules["before"]
+        assert not added, f"this host's iptables rules changed: {sorted(added)[:20]}"
+
+
+@pytest.fixture
+def node_namespace(
+    node_plane: controlplane.ControlPlane, real_node: realnode.RealNode
+) -> Iterator[str]:
+    """A fresh namespace where Pod Security `restricted` is enforced."""
+    name = f"n{os.getpid()}-{next(_counter)}"
+    node_plane.kubectl("create", "namespace", name)
+    node_plane.kubectl(
+        "label",
+        "namespace",
+        name,
+        "pod-security.kubernetes.io/enforce=restricted",
+        "pod-security.kubernetes.io/enforce-version=latest",
+    )
+    controlplane.wait_for_default_service_account(node_plane, name)
+    yield name
+    node_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
