@@ -10,9 +10,13 @@ with the harness running the tools itself, and with CORRAL_EXEC_SOCKET pointing 
 `corral-exec` (the pod's tools container), turns of the two alternating so load on the
 machine falls on both alike. Cold start: process spawn to the first 200 from /readyz.
 
-Targets on a 2-core machine: exec <= 1.10 x in-process per step, 1.5 s cold start.
+With `--baseline REV` a third harness runs the code of git revision REV (its packages from
+`git archive`, on the same interpreter), so the figure from before a change is taken in the same
+run, on the same tree, alternating with the others; the ratio target is then exec / baseline.
 
-    python bench/harness_bench.py [--steps 20] [--runs 4] [--starts 5]
+Targets on a 2-core machine: exec <= 1.10 x in-process (or x the baseline), 1.5 s cold start.
+
+    python bench/harness_bench.py [--steps 20] [--runs 4] [--starts 5] [--baseline REV]
 """
 
 from __future__ import annotations
@@ -88,6 +92,20 @@ def start_exec(work: Path, root: Path) -> tuple[subprocess.Popen[bytes], Path]:
             time.sleep(0.01)
 
 
+def checkout_baseline(work: Path, rev: str) -> Path:
+    """The packages of git revision `rev`, unpacked under work (no worktree left behind)."""
+    repo = Path(__file__).resolve().parents[1]
+    target = work / f"baseline-{rev}"
+    target.mkdir()
+    archive = subprocess.run(
+        ["git", "-C", str(repo), "archive", rev, "api", "harness_image"],
+        check=True,
+        capture_output=True,
+    )
+    subprocess.run(["tar", "-x", "-C", str(target)], input=archive.stdout, check=True)
+    return target
+
+
 def start_harness(
     work: Path,
     model_url: str,
@@ -95,6 +113,7 @@ def start_harness(
     *,
     durable: bool = True,
     exec_socket: Path | None = None,
+    baseline: Path | None = None,
 ) -> tuple[subprocess.Popen[bytes], str, float]:
     port = free_port()
     env = _clean_env()
@@ -107,10 +126,13 @@ def start_harness(
     )
     if exec_socket is not None:
         env["CORRAL_EXEC_SOCKET"] = str(exec_socket)
+    argv = [str(BIN / "corral-harness")]
+    if baseline is not None:
+        # The old packages first on the path: they shadow the installed (editable) ones.
+        env["PYTHONPATH"] = f"{baseline / 'api'}:{baseline / 'harness_image'}"
+        argv = [sys.executable, "-m", "corral_harness.main"]
     started = time.perf_counter()
-    proc = subprocess.Popen(
-        [str(BIN / "corral-harness")], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     wait_ready(url, proc)
     return proc, url, time.perf_counter() - started
@@ -146,7 +168,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--starts", type=int, default=5)
     parser.add_argument("--no-durable", action="store_true", help="no fdatasync (comparison)")
+    parser.add_argument(
+        "--baseline", metavar="REV", help="also run the harness of this git revision, in-process"
+    )
     args = parser.parse_args()
+    kinds = ["local", "exec"] + (["before"] if args.baseline else [])
     exec_binary()  # build (or find) corral-exec before anything is timed
 
     with tempfile.TemporaryDirectory(prefix="corral-bench-") as tmp:
@@ -160,7 +186,7 @@ def main() -> None:
             {"tool_use": {"name": "bash", "input": {"command": "echo step"}}, "repeat": args.steps},
             {"text": "done"},
         ]
-        convs = {f"{kind}-{i}": replies for kind in ("local", "exec") for i in range(args.runs + 1)}
+        convs = {f"{kind}-{i}": replies for kind in kinds for i in range(args.runs + 1)}
         script.write_text(json.dumps({"conversations": convs}))
         model_port = free_port()
         model = subprocess.Popen(
@@ -178,7 +204,7 @@ def main() -> None:
         )
         model_url = f"http://127.0.0.1:{model_port}"
         procs: list[subprocess.Popen[bytes]] = [model]
-        steps: dict[str, list[float]] = {"local": [], "exec": []}
+        steps: dict[str, list[float]] = {kind: [] for kind in kinds}
         try:
             wait_ready(model_url, model)
             starts = []
@@ -196,11 +222,20 @@ def main() -> None:
             )
             procs.append(remote)
             urls = {"local": local_url, "exec": exec_url}
+            if args.baseline:
+                before, urls["before"], _ = start_harness(
+                    work,
+                    model_url,
+                    tree,
+                    durable=not args.no_durable,
+                    baseline=checkout_baseline(work, args.baseline),
+                )
+                procs.append(before)
             with httpx.Client(timeout=120) as client:
                 for kind, url in urls.items():
                     run_turn(client, url, f"{kind}-0")  # warm-up: SDK import, first connection
                 for i in range(1, args.runs + 1):
-                    order = ("local", "exec") if i % 2 else ("exec", "local")
+                    order = kinds if i % 2 else list(reversed(kinds))
                     for kind in order:
                         run_turn(client, urls[kind], f"{kind}-{i}")
                         steps[kind] += step_intervals(client, model_url, f"{kind}-{i}")
@@ -213,19 +248,25 @@ def main() -> None:
     local_ms = statistics.median(steps["local"]) * 1000
     exec_ms = statistics.median(steps["exec"]) * 1000
     ratio = exec_ms / local_ms
+    if args.baseline:
+        ratio = exec_ms / (statistics.median(steps["before"]) * 1000)
     cold = statistics.median(starts)
     print(
         f"tree: {TOTAL_FILES} files, {AGENTS_FILES} AGENTS.md; "
         f"{args.steps} `bash echo` steps a turn, {args.runs} turns each, alternating"
     )
-    for kind, label in (("local", "in-process"), ("exec", "exec service")):
-        samples = steps[kind]
+    labels = {"local": "in-process", "exec": "exec service", "before": f"at {args.baseline}"}
+    for kind in kinds:
+        label, samples = labels[kind], steps[kind]
         p90 = statistics.quantiles(samples, n=10)[-1] * 1000
         print(
             f"per-step overhead, {label:>12}: median {statistics.median(samples) * 1000:7.2f} ms "
             f"over {len(samples)} steps (p90 {p90:.2f} ms)"
         )
-    print(f"exec / in-process: {ratio:.3f} (target <= {RATIO_TARGET:.2f})")
+    print(f"exec / in-process: {exec_ms / local_ms:.3f}")
+    if args.baseline:
+        print(f"exec / {args.baseline} (before the change): {ratio:.3f}")
+    print(f"ratio against the target: {ratio:.3f} (target <= {RATIO_TARGET:.2f})")
     print(
         f"cold start to /readyz: median {cold:.3f} s over {len(starts)} starts "
         f"(min {min(starts):.3f}, max {max(starts):.3f}; target <= {COLD_START_TARGET} s)"

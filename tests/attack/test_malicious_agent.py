@@ -112,7 +112,7 @@ def test_the_agents_shell_and_tools_cannot_get_past_the_pod(
         namespace=operator.namespace,
         pod=pod,
         ip=ip,
-        api=operator.cp.url,
+        api=operator.cp.server,
     )
     scripted_model.load(
         {
@@ -146,7 +146,8 @@ def test_the_agents_shell_and_tools_cannot_get_past_the_pod(
         "cluster-admin",
     ):
         rc, out = attempts[hidden]
-        assert rc != 0 and ("No such file" in out or "Permission denied" in out), (hidden, out)
+        missing = ("No such file", "nonexistent", "Permission denied")
+        assert rc != 0 and any(m in out for m in missing), (hidden, out)
     assert attempts["control-variables"] == (0, "none")
     # The custodian answers nobody without the pod-local credential, on either port.
     for endpoint in ("model-proxy", "menu", "push", "spawn", "approval", "operator-port"):
@@ -159,8 +160,9 @@ def test_the_agents_shell_and_tools_cannot_get_past_the_pod(
     # And nothing secret crossed over, in any output.
     for secret in _secret_values(operator, name):
         assert secret not in seen
-    # The model was never called by anyone but the harness: three requests, all the harness's.
-    assert len(scripted_model.requests(name)) == 4
+    # The agent's own model call never reached the model: every request is the harness's.
+    bodies = [r["body"] for r in scripted_model.requests(name)]
+    assert all(b["messages"] and b["max_tokens"] != 99999 for b in bodies), bodies
 
 
 def test_spending_past_the_budget_is_refused_before_the_model_is_called(
