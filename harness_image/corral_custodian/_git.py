@@ -57,12 +57,24 @@ class GitPusher:
     def remote_refusal(self) -> str | None:
         return remote_refusal(self.remote_url)
 
-    def _env(self) -> dict[str, str]:
+    def _trust_file(self) -> Path:
+        """A global config of the custodian's own that trusts the workspace for the local
+        fetch. git drops `-c` settings (GIT_CONFIG_PARAMETERS) for the upload-pack it runs on a
+        local repository, and safe.directory counts only from protected config; the file sits
+        beside the mirror, where the agent cannot write."""
+        path = self.mirror.parent / "workspace-trust.gitconfig"
+        text = f"[safe]\n\tdirectory = {self.workspace}\n\tdirectory = {self.workspace / '.git'}\n"
+        if not path.exists() or path.read_text() != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text)
+        return path
+
+    def _env(self, *, local_fetch: bool = False) -> dict[str, str]:
         return {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(self.mirror),
             "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": os.devnull,
+            "GIT_CONFIG_GLOBAL": str(self._trust_file()) if local_fetch else os.devnull,
             "GIT_ATTR_NOSYSTEM": "1",
             "GIT_TERMINAL_PROMPT": "0",
             "GIT_NO_REPLACE_OBJECTS": "1",
@@ -77,10 +89,8 @@ class GitPusher:
             "-c", "protocol.file.allow=" + ("always" if local_fetch else "never"),
             "-c", "credential.helper=",
         ]  # fmt: skip
-        if local_fetch:
-            # The workspace belongs to the tools uid; trust it for this one read, nothing else.
-            args += ["-c", f"safe.directory={self.workspace}"]
-        elif self.credentials_file is not None:
+        # The workspace belongs to the tools uid; the local fetch trusts it through _trust_file.
+        if not local_fetch and self.credentials_file is not None:
             args += ["-c", f"credential.helper=store --file={self.credentials_file}"]
         return args
 
@@ -93,7 +103,7 @@ class GitPusher:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             stdin=asyncio.subprocess.DEVNULL,
-            env=self._env(),
+            env=self._env(local_fetch=local_fetch),
         )
         try:
             out, _ = await asyncio.wait_for(process.communicate(), timeout=GIT_TIMEOUT)

@@ -659,8 +659,15 @@ def build_pod(
         "name": "tools",
         "image": agent.spec.sandbox.image or settings.image,
         "command": [EXEC_BINARY, "serve", "--socket", EXEC_SOCKET, "--root", granted_root],
-        # Only HOME: no token, no Secret, no variable naming a control endpoint.
-        "env": [_env("HOME", "/tmp")],
+        # No token, no Secret, no variable naming a control endpoint. The checkout belongs to
+        # the tools uid but the volume's root to root (as the kubelet makes an emptyDir), so
+        # git in the agent's own container would refuse the repository as "dubious".
+        "env": [
+            _env("HOME", "/tmp"),
+            _env("GIT_CONFIG_COUNT", "1"),
+            _env("GIT_CONFIG_KEY_0", "safe.directory"),
+            _env("GIT_CONFIG_VALUE_0", "*"),
+        ],
         "workingDir": granted_root,
         "volumeMounts": [
             _mount("workspace", WORKSPACE_MOUNT),

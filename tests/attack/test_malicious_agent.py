@@ -55,7 +55,7 @@ def _attack_script(*, node_pods: Path, namespace: str, pod: str, ip: str, api: s
             f"try push curl -s -w ' HTTP%{{http_code}}' -X POST {custodian}/agents/x/tools/push "
             "-d '{}'",
             f"try spawn curl -s -w ' HTTP%{{http_code}}' -X POST "
-            f"{custodian}/agents/x/tools/spawn_child -d '{{\"task\":\"escape\"}}'",
+            f'{custodian}/agents/x/tools/spawn_child -d \'{{"task":"escape"}}\'',
             f"try approval curl -s -w ' HTTP%{{http_code}}' {custodian}/approvals/x",
             f"try operator-port curl -s -w ' HTTP%{{http_code}}' http://{ip}:8082/v1/usage",
             f"try evidence curl -sk -w ' HTTP%{{http_code}}' -X POST "

@@ -150,7 +150,13 @@ def test_tools_container_runs_the_exec_service_on_the_granted_root(pod: dict[str
 
 def test_tools_container_holds_no_token_secret_or_control_variable(pod: dict[str, Any]) -> None:
     tools = _containers(pod)["tools"]
-    assert tools["env"] == [{"name": "HOME", "value": "/tmp"}]
+    assert tools["env"] == [
+        {"name": "HOME", "value": "/tmp"},
+        # git may use the checkout that the tools uid owns in a root-owned volume
+        {"name": "GIT_CONFIG_COUNT", "value": "1"},
+        {"name": "GIT_CONFIG_KEY_0", "value": "safe.directory"},
+        {"name": "GIT_CONFIG_VALUE_0", "value": "*"},
+    ]
     assert "envFrom" not in tools
     for source in _mounted_sources(pod, tools):
         assert "secret" not in source and "projected" not in source and "configMap" not in source
