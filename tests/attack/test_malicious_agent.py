@@ -61,6 +61,10 @@ def _attack_script(*, node_pods: Path, namespace: str, pod: str, ip: str, api: s
             f"try evidence curl -sk -w ' HTTP%{{http_code}}' -X POST "
             f"{api}/apis/corral.dev/v1alpha1/namespaces/{namespace}/evidences "
             "-H 'content-type: application/json' -d '{}'",
+            f"try approve-own curl -sk -w ' HTTP%{{http_code}}' -X PATCH "
+            f"{api}/apis/corral.dev/v1alpha1/namespaces/{namespace}/approvals/x/status "
+            "-H 'content-type: application/merge-patch+json' "
+            '-d \'{"status":{"decision":"Approved"}}\'',
             "try cluster-admin sh -c 'ls /tmp/corral-cp-*'",
         ]
     )
@@ -131,7 +135,7 @@ def test_the_agents_shell_and_tools_cannot_get_past_the_pod(
     results = _tool_results(scripted_model.requests(name))
     seen = "\n".join(results)
     attempts = {m["name"]: (int(m["rc"]), m["out"]) for m in LINE.finditer(seen)}
-    assert len(attempts) == 16, seen
+    assert len(attempts) == 17, seen
 
     # The commands run as the tools uid, not as the harness or the custodian.
     assert attempts["whoami"] == (0, TOOLS_UID)
@@ -153,8 +157,9 @@ def test_the_agents_shell_and_tools_cannot_get_past_the_pod(
     for endpoint in ("model-proxy", "menu", "push", "spawn", "approval", "operator-port"):
         rc, out = attempts[endpoint]
         assert out.endswith("HTTP401"), (endpoint, out)
-    # The agent holds no cluster identity: the API server does not let it create Evidence.
-    assert re.search(r"HTTP40[13]$", attempts["evidence"][1]), attempts["evidence"]
+    # The agent holds no cluster identity: no Evidence, and no decision on its own Approval.
+    for call in ("evidence", "approve-own"):
+        assert re.search(r"HTTP40[13]$", attempts[call][1]), attempts[call]
     # The file tools stay inside the granted root.
     assert "outside the granted root" in results[-1], results[-1]
     # And nothing secret crossed over, in any output.
