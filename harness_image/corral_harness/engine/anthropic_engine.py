@@ -282,7 +282,7 @@ class AnthropicEngine:
             raise _Failure(
                 _error_type(exc),
                 f"model error {status}: {_error_message(exc)}",
-                retryable=status in _RETRYABLE_STATUS or status >= 500 or _mid_stream(exc),
+                retryable=_retryable(exc),
             ) from None
         except anthropic.APIConnectionError as exc:
             raise _Failure(
@@ -292,6 +292,16 @@ class AnthropicEngine:
             raise _Failure(
                 "stream_truncated", "the model stream ended before message_stop", retryable=True
             )
+
+
+def _retryable(exc: anthropic.APIStatusError) -> bool:
+    """The server's `x-should-retry` decides when it says (the custodian says `false` for a
+    spent budget or a refused model: a retry would only be refused again); else the status."""
+    said = exc.response.headers.get("x-should-retry", "").strip().lower()
+    if said in ("true", "false"):
+        return said == "true"
+    status = exc.status_code
+    return status in _RETRYABLE_STATUS or status >= 500 or _mid_stream(exc)
 
 
 def _mid_stream(exc: anthropic.APIStatusError) -> bool:

@@ -214,3 +214,45 @@ async def test_an_abort_while_the_request_is_prepared_sends_no_request(
     outcome = await engine.run(_job("prepared", tmp_path), AbortWhilePreparing(), _ignore)
     assert outcome.status == "aborted"
     assert not [r for r in scripted.model.requests if r["conversation"] == "prepared"]
+
+
+@pytest.mark.parametrize(("should_retry", "attempts"), [("false", 1), ("true", 3)])
+async def test_the_servers_should_retry_header_decides_a_retry(
+    tmp_path: Path, should_retry: str, attempts: int
+) -> None:
+    """A 429 is retried, unless the server says `x-should-retry: false` (as the custodian does
+    for a spent budget: another try would only be refused again)."""
+    import http.server
+    import json
+    import threading
+
+    seen: list[str] = []
+
+    class Refuse(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            seen.append(self.path)
+            body = json.dumps(
+                {"type": "error", "error": {"type": "budget_exceeded_error", "message": "spent"}}
+            ).encode()
+            self.send_response(429)
+            self.send_header("content-type", "application/json")
+            self.send_header("x-should-retry", should_retry)
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            return None
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Refuse)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        engine = AnthropicEngine(EngineSettings(base_url=url, backoff_seconds=0.01))
+        outcome = await engine.run(_job("spent", tmp_path), RecordingHooks(), _ignore)
+    finally:
+        server.shutdown()
+    assert outcome.status == "failed"
+    assert outcome.error is not None and "spent" in outcome.error.message
+    assert len(seen) == attempts
