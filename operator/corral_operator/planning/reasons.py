@@ -1,6 +1,6 @@
 """The one vocabulary of a Session's condition reasons (Ready, Progressing, Succeeded, Failed).
 
-Every reason the operator writes on a Session is named here; docs/operations.md tables them.
+Every reason the operator writes on a Session is named here; docs/vocabulary.md tables them.
 Besides these, Progressing carries `Turn<N>InFlight` while a turn runs and the phase name
 (Pending, Running, WaitingForHuman, WaitingForChildren) otherwise.
 """
