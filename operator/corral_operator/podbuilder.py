@@ -438,12 +438,6 @@ def _budget_env(budget: Budget) -> list[dict[str, Any]]:
     return env
 
 
-def landing_check_name(agent: Agent, session: Session) -> str | None:
-    """The Evidence check a revision must Pass before it lands: the Session's, else the Agent's."""
-    landing = session.spec.landing if session.spec.landing is not None else agent.spec.landing
-    return landing.check.name if landing.check is not None else None
-
-
 def build_pod(
     agent: Agent,
     session: Session,
@@ -573,9 +567,6 @@ def build_pod(
         *_budget_env(effective),
         _env("HOME", "/tmp"),
     ]
-    check = landing_check_name(agent, session)
-    if check is not None:
-        custodian_env.append(_env("CORRAL_LAND_CHECK", check))
     if settings.kube_ca_configmap:
         custodian_env.append(_env("CORRAL_KUBE_CA_FILE", f"{KUBE_TOKEN_DIR}/ca.crt"))
     if creds.model_secret_ref:
