@@ -8,6 +8,7 @@ model, streamed and not. Prints one line per figure.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import ssl
@@ -120,12 +121,20 @@ def bench_custodian(requests: int = 60) -> None:
 
     upstream = serve_in_thread(ScriptedModel(parse_script({"default": [{"text": "hi"}] * 500})))
     port = _free_port()
+    state = Path(tempfile.mkdtemp(prefix="corral-custodian-bench-"))
+    # The custodian answers only the pod credential, and allows only its Agent's model.
+    credential = state / "credential"
+    credential.write_text("bench-pod-credential-0123456789abcdef\n")
+    credential.chmod(0o600)
+    agent = {"identity": "bench", "model": "claude-haiku-4-5", "tools": {"allow": []}}
     env = {
         "PATH": os.environ.get("PATH", ""),
         "CORRAL_CUSTODIAN_ADDR": f"127.0.0.1:{port}",
         "CORRAL_UPSTREAM_URL": upstream.url,
         "ANTHROPIC_API_KEY": "bench-key",
-        "CORRAL_STATE_DIR": tempfile.mkdtemp(prefix="corral-custodian-bench-"),
+        "CORRAL_STATE_DIR": str(state / "custodian"),
+        "CORRAL_CUSTODIAN_CREDENTIAL_FILE": str(credential),
+        "CORRAL_AGENT_SPEC_JSON": json.dumps(agent),
     }
     started = time.monotonic()
     custodian = subprocess.Popen([str(Path(sys.executable).parent / "corral-custodian")], env=env)
@@ -143,7 +152,8 @@ def bench_custodian(requests: int = 60) -> None:
 
         def median_ms(base: str, stream: bool) -> float:
             times = []
-            with httpx.Client() as client:
+            headers = {"x-api-key": "bench-pod-credential-0123456789abcdef"}
+            with httpx.Client(headers=headers) as client:
                 for _ in range(requests):
                     t0 = time.perf_counter()
                     client.post(base + "/v1/messages", json={**body, "stream": stream}).read()
