@@ -7,6 +7,13 @@ identity, watching `default`. It copies examples/demo/repo into a git repository
 `<dev dir>/repos`, which the operator's `--local-repo-root` resolves `workspace.repo: demo/repo`
 against. Every process's pid is recorded in `<dev dir>/pids.json` and `down` stops them all;
 logs are in `<dev dir>/state/logs/`. The dev dir is `.corral/dev`, or $CORRAL_DEV_DIR.
+
+`up --node real` (or NODE=real, as `make dev-cluster NODE=real` passes it) runs the same cluster
+on the real node instead (containerd, kubelet, kube-proxy, CoreDNS and kube-router in a network
+namespace of their own; root; built by hack/node/ on first use): the operator is then a pod
+installed with `helm install` from its image, the model is the scripted demo model and the
+repositories under `<dev dir>/repos` are served by a git daemon, both on this host's address on
+the link to the node (sessions clone `git://<that address>:<port>/demo/repo`; `up` prints it).
 """
 
 from __future__ import annotations
@@ -23,7 +30,8 @@ from pathlib import Path
 
 import yaml
 
-from . import controlplane, stack
+from . import _realnode_stack as rstack
+from . import controlplane, realnode, stack
 
 DEV_DIR = Path(os.environ.get("CORRAL_DEV_DIR", controlplane.REPO_ROOT / ".corral" / "dev"))
 PIDS = DEV_DIR / "pids.json"
@@ -37,6 +45,18 @@ NODE_NAME = "corral-local-node"
 MODEL_SECRET = "anthropic-api-key"
 MODEL_SECRET_KEY = "apiKey"
 ANTHROPIC_URL = "https://api.anthropic.com"
+NODE_KINDS = ("local", "real")
+REAL_NODE_INFO = DEV_DIR / "real-node.json"
+REAL_NODE_STOP_GRACE = 120.0  # the node removes its containers, mounts and namespace
+
+
+def node_kind(given: str | None) -> str:
+    """`--node`, else $CORRAL_DEV_NODE, else $NODE when it names a kind (make passes its
+    command-line variables to the recipe's environment), else local."""
+    for value in (given, os.environ.get("CORRAL_DEV_NODE"), os.environ.get("NODE")):
+        if value in NODE_KINDS:
+            return str(value)
+    return "local"
 
 
 def _read_pids() -> dict[str, int]:
@@ -54,7 +74,7 @@ def _print_exports(info: dict[str, str]) -> None:
 # ------------------------------------------------------------------------------------- up
 
 
-def up() -> int:
+def up(node: str = "local") -> int:
     pids = _read_pids()
     if pids and INFO.exists() and all(stack.process_alive(p) for p in pids.values()):
         print(f"dev cluster already running (logs in {LOGS})")
@@ -66,8 +86,14 @@ def up() -> int:
     DEV_DIR.mkdir(parents=True)
     pids = {}
     try:
-        info = _start(pids)
-    except (controlplane.ControlPlaneError, stack.StackError, subprocess.SubprocessError) as e:
+        info = _start_real(pids) if node == "real" else _start(pids)
+    except (
+        controlplane.ControlPlaneError,
+        stack.StackError,
+        rstack.StackError,
+        realnode.NodeError,
+        subprocess.SubprocessError,
+    ) as e:
         detail = getattr(e, "stderr", None) or ""
         print(f"dev cluster did not come up: {e}\n{detail}".rstrip(), file=sys.stderr)
         print(f"logs: {LOGS}", file=sys.stderr)
@@ -79,6 +105,14 @@ def up() -> int:
     print(f"dev cluster up: API server {info['server']}, operator watching '{NAMESPACE}'")
     print(f"  model: {info['model']}" + (" (scripted demo)" if not info["model_secret"] else ""))
     print(f"  logs:  {LOGS}")
+    if info.get("node") == "real":
+        print(
+            f"  node:  the real node {info['node_name']}; the operator is a pod in "
+            f"{stack.OPERATOR_NAMESPACE}\n"
+            f"  repos: {REPOS} served at {info['repo_base']}/ ; apply the example session with\n"
+            f"    sed 's#repo: demo/repo#repo: {info['repo_base']}/demo/repo#' "
+            "examples/session.yaml | kubectl apply -f -"
+        )
     if info["model_secret"]:
         print(
             f"  the key is in Secret {NAMESPACE}/{MODEL_SECRET} (key {MODEL_SECRET_KEY}); an "
@@ -159,6 +193,81 @@ def _start(pids: dict[str, int]) -> dict[str, str]:
     return info
 
 
+def _start_real(pids: dict[str, int]) -> dict[str, str]:
+    """The control plane, the real node in a process of its own, the demo repository and the
+    scripted model served on the node link, and the chart installed with helm."""
+    reason = realnode.unavailable_reason()
+    if reason:
+        raise realnode.NodeError(f"the real node cannot run here: {reason}")
+    if os.environ.get("ANTHROPIC_API_KEY"):
+        print(
+            "note: ANTHROPIC_API_KEY is ignored with the real node (its pods have no route "
+            "beyond this host); the scripted demo model plays instead",
+            file=sys.stderr,
+        )
+    plane = controlplane.start(DEV_DIR / "state")
+    for name, proc in plane.processes.items():
+        _record(pids, name, proc.pid)
+    controlplane.install_crds(plane)
+    shutil.copy(plane.kubeconfig, DEV_DIR / "kubeconfig")
+
+    print("building the real node and Corral's images (cached after the first time)...")
+    artifacts = realnode.build()
+    artifacts_file = DEV_DIR / "real-node-artifacts.json"
+    artifacts_file.write_text(json.dumps(artifacts.values))
+    node_log = LOGS / "real-node.log"
+    argv = [
+        sys.executable, "-m", "corral_dev.realnode",
+        "--plane-state", str(plane.state_dir), "--server", plane.server,
+        "--bin-dir", str(plane.bin_dir), "--work", str(DEV_DIR / "node"),
+        "--artifacts", str(artifacts_file), "--ready", str(REAL_NODE_INFO),
+    ]  # fmt: skip
+    node = rstack.spawn(argv, node_log, detach=True)
+    _record(pids, "real-node", node.pid)
+    deadline = time.monotonic() + 300
+    while not REAL_NODE_INFO.exists():
+        if node.poll() is not None or time.monotonic() > deadline:
+            state = "exited" if node.poll() is not None else "not up after 300s"
+            raise realnode.NodeError(f"the real node {state}:\n{node_log.read_text()[-4000:]}")
+        time.sleep(0.5)
+    node_info = json.loads(REAL_NODE_INFO.read_text())
+    host = node_info["host_ip"]
+
+    # What a sandbox reaches on this host: the repositories and the model.
+    _demo_repo(REPOS / "demo" / "repo")
+    git_port = rstack.free_port(host)
+    git = rstack.start_git_daemon(REPOS, host, git_port, LOGS / "git-daemon.log", detach=True)
+    _record(pids, "git-daemon", git.pid)
+    model_port = rstack.free_port(host)
+    model = rstack.start_scripted_model(
+        host, model_port, EXAMPLES / "demo" / "scenario.yaml", LOGS / "model.log", detach=True
+    )
+    _record(pids, "model", model.pid)
+    model_url = f"http://{host}:{model_port}"
+
+    # The operator: the chart, installed as a platform team would, watching `default`.
+    stack.enforce_restricted(plane, NAMESPACE)
+    values = rstack.chart_values(
+        operator_image=artifacts["OPERATOR_IMAGE"],
+        sandbox_image=artifacts["SANDBOX_IMAGE"],
+        namespaces=[NAMESPACE],
+        model_url=model_url,
+        platform_egress=[f"{host}/32:{model_port},{git_port}"],
+    )
+    rstack.helm_install(plane.bin_dir / "helm", plane.kubeconfig, RELEASE, values)
+    info = {
+        "server": plane.server,
+        "bin_dir": str(plane.bin_dir),
+        "model": model_url,
+        "model_secret": "",
+        "node": "real",
+        "node_name": node_info["name"],
+        "repo_base": f"git://{host}:{git_port}",
+    }
+    INFO.write_text(json.dumps(info))
+    return info
+
+
 def _wait_ready(
     plane: controlplane.ControlPlane, node: subprocess.Popen[bytes], node_log: Path
 ) -> None:
@@ -225,9 +334,10 @@ def down() -> int:
     # Last started, first stopped: the operator and model, then the node (it stops its pods'
     # processes while the API server still answers), then the control plane.
     for name, pid in reversed(pids.items()):
-        _stop(name, pid)
+        _stop(name, pid, REAL_NODE_STOP_GRACE if name == "real-node" else 20.0)
     PIDS.unlink(missing_ok=True)
     INFO.unlink(missing_ok=True)
+    REAL_NODE_INFO.unlink(missing_ok=True)
     print("dev cluster stopped")
     return 0
 
@@ -269,11 +379,18 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("command", choices=["up", "down", "status", "build"])
+    parser.add_argument(
+        "--node",
+        choices=NODE_KINDS,
+        help="up: the local node (default) or the real node (also $CORRAL_DEV_NODE or $NODE)",
+    )
     args = parser.parse_args(argv)
     if args.command == "build":
         print(controlplane.binaries())
         return 0
-    return {"up": up, "down": down, "status": status}[args.command]()
+    if args.command == "up":
+        return up(node_kind(args.node))
+    return {"down": down, "status": status}[args.command]()
 
 
 if __name__ == "__main__":

@@ -500,3 +500,83 @@ def _publish_api_endpoint(node: RealNode, api_port: int) -> None:
         return  # the API server publishes its own address
     slice_ = cfg.api_endpoint_slice(node.addrs.node_ip, api_port)
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(slice_))
+
+
+# ------------------------------------------------------------------- a node of its own process
+
+
+def plane_from_state(state_dir: Path, server: str, bin_dir: Path) -> ControlPlane:
+    """The `ControlPlane` another process started in `state_dir` (its processes not included:
+    this one can mint identities and run kubectl, not stop it)."""
+    pki = state_dir / "pki"
+    return ControlPlane(
+        state_dir=state_dir,
+        bin_dir=bin_dir,
+        server=server,
+        ca_file=pki / "ca.crt",
+        kubeconfig=state_dir / "kubeconfig",
+        sa_key=pki / "sa.key",
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`python -m corral_dev.realnode`: run the node until SIGTERM or SIGINT, then stop it.
+
+    The development cluster runs the node this way (a process of its own, as the local node),
+    so `python -m corral_dev down` stops it with one signal and the node's slot is held by a
+    live process for as long as the node runs. When the node is up, `--ready` gets a JSON
+    object: its name, slot and addresses."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m corral_dev.realnode", description=__doc__)
+    parser.add_argument("--plane-state", type=Path, required=True, help="control plane dir")
+    parser.add_argument("--server", required=True, help="the API server, https://127.0.0.1:N")
+    parser.add_argument("--bin-dir", type=Path, required=True, help="kubectl and friends")
+    parser.add_argument("--work", type=Path, required=True, help="the node's work dir")
+    parser.add_argument("--artifacts", type=Path, help="JSON of what hack/node/ built")
+    parser.add_argument("--ready", type=Path, required=True, help="written once the node is up")
+    args = parser.parse_args(argv)
+
+    stop = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    plane = plane_from_state(args.plane_state, args.server, args.bin_dir)
+    artifacts = Artifacts(json.loads(args.artifacts.read_text())) if args.artifacts else None
+    try:
+        node = start(plane, args.work, artifacts=artifacts, service_cidr=NODE_SERVICE_CIDR)
+    except NodeError as e:
+        sys.stderr.write(f"the real node did not start: {e}\n")
+        return 1
+    info = {
+        "name": node.name,
+        "slot": node.addrs.slot,
+        "node_ip": node.addrs.node_ip,
+        "host_ip": node.addrs.host_ip,
+        "pod_cidr": node.addrs.pod_cidr,
+        "work": str(node.work),
+    }
+    args.ready.write_text(json.dumps(info))
+    sys.stderr.write(f"real node {node.name} running; SIGTERM stops it\n")
+    try:
+        while not stop:
+            time.sleep(0.5)
+            try:
+                node._check_alive()
+            except NodeError as e:
+                sys.stderr.write(f"{e}\n")
+                break
+    finally:
+        problems = node.stop()
+        for problem in problems:
+            sys.stderr.write(f"real node cleanup left: {problem}\n")
+    sys.stderr.write("real node stopped\n")
+    return 0 if not problems else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

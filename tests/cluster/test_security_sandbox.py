@@ -201,7 +201,9 @@ def test_the_running_roles_hold_only_what_is_theirs(
 
     # The tools process (every command the agent runs) holds nothing: no token, no credential,
     # no Secret, no variable naming a control endpoint.
-    assert set(t_env) <= {"HOME", "HOSTNAME", "PATH"}, sorted(t_env)
+    # HOME, and git's trust of the checkout in its root-owned volume; nothing else.
+    git_trust = {"GIT_CONFIG_COUNT", "GIT_CONFIG_KEY_0", "GIT_CONFIG_VALUE_0"}
+    assert set(t_env) <= {"HOME", "HOSTNAME", "PATH", *git_trust}, sorted(t_env)
     t_values = "\n".join(t_env.values()) + "\n".join(_argv_of(tools))
     for secret in (*secrets, wire_token, credential):
         assert secret not in t_values

@@ -8,6 +8,10 @@ build is not charged to a test's timeout), and cached under ~/.cache/corral.
 
 When the node cannot be built or started, the tier FAILS if CORRAL_REQUIRE_NODE=1 (CI), and
 otherwise is skipped with the reason (a person's machine without root).
+
+Corral's own tests of the tier (test_corral_on_node.py) take their cluster from the `target`
+fixture: the real node, or, with CORRAL_E2E_KUBECONFIG set (hack/e2e-kind.sh), another
+cluster of real containers (see _target.py); the real node's own tests are skipped then.
 """
 
 from __future__ import annotations
@@ -18,28 +22,30 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import NoReturn
 from unittest import mock
 
 import pytest
 
 from corral_dev import controlplane, realnode
 
+from ..conftest import record_tier_time
+from . import _target
 from ._host import host_iptables_rules
 
 REQUIRE = os.environ.get("CORRAL_REQUIRE_NODE", "") not in ("", "0")
 _counter = itertools.count()
-_timings: dict[str, float] = {}  # shown at the end of the run
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "node: needs the real node (root; built on first use)")
 
 
-def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if _timings:
-        parts = ", ".join(f"{k} {v:.1f}s" for k, v in _timings.items())
-        terminalreporter.write_line(f"node tier: {parts}")
+def _timed(what: str, seconds: float, *, outside_tests: bool = False) -> None:
+    """A phase of the tier, shown in the per-tier summary at the end of the run. A phase run
+    outside any test (the build, before the first test) adds to the tier's total; the others
+    are already in the durations of the tests whose fixtures ran them."""
+    record_tier_time("node", what, seconds, outside_tests=outside_tests)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -64,20 +70,28 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     """Build the node and images once, before any test runs: a cold build (tens of minutes on
     a fresh machine) is not charged to the first test's timeout."""
     here = Path(__file__).parent
-    if not any(here in Path(str(item.fspath)).parents for item in session.items):
+    if session.config.option.collectonly:
         return
-    if realnode.unavailable_reason():
-        return  # the fixture reports it
+    if not any(
+        here in Path(str(item.fspath)).parents
+        and {"node_artifacts", "target"} & set(getattr(item, "fixturenames", ()))
+        for item in session.items
+    ):
+        return  # none of the collected tests needs the node (e.g. only test_chart.py)
+    if _target.external_requested() or realnode.unavailable_reason():
+        return  # the fixtures report it
     start = time.monotonic()
     try:
         _build["artifacts"] = realnode.build()
     except realnode.NodeError as e:
         _build["error"] = str(e)
-    _timings["build (hack/node)"] = time.monotonic() - start
+    _timed("build (hack/node)", time.monotonic() - start, outside_tests=True)
 
 
 @pytest.fixture(scope="session")
 def node_artifacts() -> realnode.Artifacts:
+    if _target.external_requested():
+        pytest.skip("CORRAL_E2E_KUBECONFIG names another cluster: the real node does not run")
     reason = realnode.unavailable_reason()
     if reason:
         _cannot_run(reason)
@@ -90,7 +104,7 @@ def node_artifacts() -> realnode.Artifacts:
             built = realnode.build()
         except realnode.NodeError as e:
             _cannot_run(f"building it failed: {e}")
-        _timings["build (hack/node)"] = time.monotonic() - start
+        _timed("build (hack/node)", time.monotonic() - start)
     return built
 
 
@@ -101,7 +115,7 @@ def node_plane(node_artifacts: realnode.Artifacts) -> Iterator[controlplane.Cont
     start = time.monotonic()
     with mock.patch.object(controlplane, "SERVICE_CIDR", realnode.NODE_SERVICE_CIDR):
         plane = controlplane.start(state)
-    _timings["control plane start"] = time.monotonic() - start
+    _timed("control plane start", time.monotonic() - start)
     try:
         controlplane.install_crds(plane)
         yield plane
@@ -131,13 +145,13 @@ def real_node(
         )
     except realnode.NodeError as e:
         _cannot_run(f"starting it failed: {e}")
-    _timings["node start"] = time.monotonic() - start
+    _timed("node start", time.monotonic() - start)
     try:
         yield node
     finally:
         start = time.monotonic()
         problems = node.stop()
-        _timings["node stop"] = time.monotonic() - start
+        _timed("node stop", time.monotonic() - start)
         assert not problems, f"the real node's teardown left: {problems}"
         added = host_iptables_rules() - _host_rules["before"]
         assert not added, f"this host's iptables rules changed: {sorted(added)[:20]}"
@@ -160,3 +174,24 @@ def node_namespace(
     controlplane.wait_for_default_service_account(node_plane, name)
     yield name
     node_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture(scope="session")
+def target(request: pytest.FixtureRequest) -> _target.Target:
+    """The cluster Corral's tests run against: the environment's (CORRAL_E2E_KUBECONFIG), or
+    the real node with its control plane."""
+    if _target.external_requested():
+        try:
+            return _target.external(controlplane.binaries())
+        except (ValueError, controlplane.ControlPlaneError) as e:
+            pytest.fail(str(e), pytrace=False)
+    plane: controlplane.ControlPlane = request.getfixturevalue("node_plane")
+    node: realnode.RealNode = request.getfixturevalue("real_node")
+    return _target.Target(
+        name=f"real node {node.name}",
+        kubeconfig=plane.kubeconfig,
+        bin_dir=plane.bin_dir,
+        host_ip=node.addrs.host_ip,
+        operator_image=node.artifacts["OPERATOR_IMAGE"],
+        sandbox_image=node.artifacts["SANDBOX_IMAGE"],
+    )

@@ -1,0 +1,417 @@
+"""Corral in real containers: the chart installed with `helm install` (the operator a pod of its
+own image), Sessions applied with `kubectl apply` reaching Succeeded against the scripted
+model, and the sandbox's isolation checked on the real kubelet, containerd, runc and
+NetworkPolicy enforcer: each container under its own uid, read-only root filesystems, no
+service-account token where none belongs, Pod Security `restricted`, and the malicious agent's
+attempts (tests/attack's, with the paths a real pod has) all failing, its egress to another
+sandbox and to a host outside its allowlist included.
+
+One install and two Sessions serve the whole module: `quiet` (a plain session, kept after it
+ends) and `attacker` (its shell tries everything once, with `quiet`'s address in hand). The
+same tests run on kind (hack/e2e-kind.sh; see _target.py).
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import re
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from ..conftest import record_tier_time
+from . import _corral
+from ._corral import FS_GROUP, NAMESPACE, UIDS, Corral
+from ._target import Target
+
+pytestmark = pytest.mark.timeout(300)
+
+LINE = re.compile(r"^ATTACK (?P<name>[a-z-]+) rc=(?P<rc>-?\d+) :: (?P<out>.*)$", re.M)
+NO_FILE = "No such file or directory"
+
+
+@pytest.fixture(scope="module")
+def corral(target: Target) -> Iterator[Corral]:
+    start = time.monotonic()
+    with _corral.installed(target) as installed:
+        record_tier_time("node", "Corral installed (helm)", time.monotonic() - start)
+        yield installed
+
+
+@pytest.fixture(scope="module")
+def prober(corral: Corral) -> str:
+    """A plain pod in the sessions' namespace, selected by no NetworkPolicy: what a probe that
+    a sandbox fails does when no policy stands in its way."""
+    corral.kubectl(
+        "apply",
+        "-f",
+        "-",
+        input=json.dumps(
+            _corral.restricted_pod(
+                "prober", NAMESPACE, corral.target.sandbox_image, ["sleep", "infinity"]
+            )
+        ),
+    )
+    corral.kubectl(
+        "wait", "--for=condition=Ready", "pod/prober", "-n", NAMESPACE, "--timeout=90s",
+        timeout=100,
+    )  # fmt: skip
+    return "prober"
+
+
+@dataclass
+class Quiet:
+    name: str
+    status: dict[str, Any]
+    pod: dict[str, Any]
+    ip: str
+
+
+@pytest.fixture(scope="module")
+def quiet(corral: Corral) -> Quiet:
+    """A Session applied with kubectl: its agent runs `id` and writes to its workspace."""
+    name = "quiet"
+    corral.load_script(
+        {
+            "conversations": {
+                name: [
+                    {
+                        "tool_use": {
+                            "name": "bash",
+                            "input": {"command": "id; touch /workspace/by-the-agent && echo wrote"},
+                        }
+                    },
+                    {"text": "Done."},
+                ]
+            }
+        }
+    )
+    start = time.monotonic()
+    corral.apply(_corral.agent_doc(), _corral.session_doc(name, corral.git_url))
+    status = corral.wait_phase(name, {"Succeeded", "Failed"})
+    record_tier_time("node", "first Session to its end", time.monotonic() - start)
+    assert status["phase"] == "Succeeded", corral.diagnose(name)
+    pod = corral.get("pod", f"corral-{name}")
+    assert pod is not None, "keepSandbox: the pod should still be there"
+    return Quiet(name, status, pod, pod["status"]["podIP"])
+
+
+# The attacker's one bash call: each attempt prints `ATTACK <name> rc=<exit> :: <output>`.
+ATTACK = r"""
+set +e
+PROBE=$(cat <<'PY'
+{probe}
+PY
+)
+probe() {{ python3 -c "$PROBE" "$@"; }}
+try() {{
+  name=$1; shift; out=$("$@" 2>&1); rc=$?
+  echo "ATTACK $name rc=$rc :: $(printf %s "$out" | head -c 300 | tr '\n' ' ')"
+}}
+me=$(python3 -c 'import socket; print(socket.gethostbyname(socket.gethostname()))')
+try whoami id
+try wire-token cat /var/run/corral/wire/token
+try custodian-credential cat /var/run/corral/wire/custodian
+try harness-state ls /var/lib/corral/state/conversations
+try forge-settled sh -c 'echo x | tee -a /var/lib/corral/state/conversations/agent/log.jsonl'
+try custodian-state sh -c 'ls /var/lib/corral/custodian/*'
+try service-account-token cat /var/run/secrets/kubernetes.io/serviceaccount/token
+try custodian-token cat /var/run/corral/kube/token
+try control-variables sh -c 'env | grep ^CORRAL_ || echo none'
+try root-write touch /written-by-the-agent
+try workspace-write sh -c 'touch /workspace/ok && echo ok'
+try model-proxy probe http "http://$me:8081/v1/messages" \
+  '{{"model":"corral-scripted","max_tokens":99999,"messages":[]}}'
+try menu probe http "http://$me:8081/agents/x/surface"
+try push probe http "http://$me:8081/agents/x/tools/push" '{{}}'
+try spawn probe http "http://$me:8081/agents/x/tools/spawn_child" '{{"task":"escape"}}'
+try operator-port probe http "http://$me:8082/v1/usage"
+api=https://kubernetes.default.svc/apis/corral.dev/v1alpha1
+try evidence probe http "$api/namespaces/{namespace}/evidences" '{{}}'
+try other-harness probe tcp {other}:8080
+try other-custodian probe tcp {other}:8081
+try other-custodian-operator probe tcp {other}:8082
+try host-outside-allowlist probe tcp {forbidden}
+try host-in-allowlist probe tcp {allowed}
+"""
+
+
+@dataclass
+class Attack:
+    attempts: dict[str, tuple[int, str]]
+    results: list[str]
+    seen: str
+
+
+@pytest.fixture(scope="module")
+def attack(corral: Corral, quiet: Quiet) -> Attack:
+    name = "attacker"
+    script = ATTACK.format(
+        probe=_corral.PROBE.strip(),
+        namespace=NAMESPACE,
+        other=quiet.ip,
+        forbidden=corral.forbidden,
+        allowed=corral.allowed,
+    )
+    corral.load_script(
+        {
+            "conversations": {
+                name: [
+                    {"tool_use": {"name": "bash", "input": {"command": script, "timeout": 120}}},
+                    {"tool_use": {"name": "read", "input": {"path": "../../../../etc/passwd"}}},
+                    {"text": "I could not get out."},
+                ]
+            }
+        }
+    )
+    corral.apply(_corral.session_doc(name, corral.git_url, task="Break out."))
+    status = corral.wait_phase(name, {"Succeeded", "Failed"})
+    assert status["phase"] == "Succeeded", corral.diagnose(name)
+    results = corral.tool_results(name)
+    seen = "\n".join(results)
+    attempts = {m["name"]: (int(m["rc"]), m["out"].strip()) for m in LINE.finditer(seen)}
+    assert len(attempts) == 22, seen
+    return Attack(attempts, results, seen)
+
+
+def _containers(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    return [*pod["spec"].get("initContainers", []), *pod["spec"]["containers"]]
+
+
+# ------------------------------------------------------------------------------- the session
+
+
+def test_a_session_applied_with_kubectl_succeeds_in_real_containers(
+    corral: Corral, quiet: Quiet
+) -> None:
+    pod = quiet.pod
+    statuses = {c["name"]: c for c in pod["status"]["containerStatuses"]}
+    assert set(statuses) == {"harness", "tools", "custodian"}
+    for name, status in statuses.items():
+        assert status["containerID"].startswith("containerd://"), (name, status)
+        assert status["ready"] or name == "harness", (name, status)
+    images = {c["name"]: c["image"] for c in _containers(pod)}
+    assert set(images.values()) == {corral.target.sandbox_image}, images
+    operator = corral.get("pod", corral.operator_pod(), namespace=_corral.OPERATOR_NAMESPACE)
+    assert operator is not None
+    assert operator["spec"]["containers"][0]["image"] == corral.target.operator_image
+    # The agent's command ran in the tools container, as the tools uid, in the fsGroup.
+    results = corral.tool_results(quiet.name)
+    assert results and results[0].startswith(f"uid={UIDS['tools']}"), results
+    assert f"{FS_GROUP}" in results[0].split("groups=", 1)[1], results[0]
+    assert results[0].rstrip().endswith("wrote"), results[0]
+
+
+def test_each_container_runs_as_its_own_uid(corral: Corral, quiet: Quiet) -> None:
+    pod = f"corral-{quiet.name}"
+    for container, uid in UIDS.items():
+        # The container's first process, not just what kubectl exec starts.
+        status = corral.exec(pod, container, "cat", "/proc/1/status")
+        assert status.returncode == 0, status.stderr
+        ids = {
+            line.split(":")[0]: line.split()[1:]
+            for line in status.stdout.splitlines()
+            if line.startswith(("Uid:", "Gid:", "Groups:"))
+        }
+        assert ids["Uid"] == [str(uid)] * 4, (container, ids)
+        assert ids["Gid"] == [str(uid)] * 4, (container, ids)
+        assert str(FS_GROUP) in ids["Groups"], (container, ids)
+        others = set(UIDS.values()) - {uid}
+        assert not others & {int(g) for g in ids["Groups"]}, (container, ids)
+
+
+def test_the_agents_commands_cannot_reach_the_pods_secrets_or_state(
+    corral: Corral, quiet: Quiet, attack: Attack
+) -> None:
+    a = attack.attempts
+    assert a["whoami"][0] == 0 and a["whoami"][1].startswith(f"uid={UIDS['tools']}"), a["whoami"]
+    # What the harness and the custodian hold is not in the tools container at all.
+    for hidden in (
+        "wire-token",
+        "custodian-credential",
+        "harness-state",
+        "forge-settled",
+        "custodian-state",
+        "service-account-token",
+        "custodian-token",
+    ):
+        rc, out = a[hidden]
+        assert rc != 0 and NO_FILE in out, (hidden, out)
+    assert a["control-variables"] == (0, "none")
+    # ...while the same paths hold them in the containers they belong to (the paths are right).
+    pod = "corral-attacker"
+    token = corral.exec(pod, "harness", "cat", "/var/run/corral/wire/token")
+    assert token.returncode == 0 and len(token.stdout.strip()) >= 32, token.stderr
+    state = corral.exec(pod, "harness", "ls", "/var/lib/corral/state/conversations")
+    assert state.returncode == 0 and state.stdout.strip(), state
+    custodian_token = corral.exec(pod, "custodian", "cat", "/var/run/corral/kube/token")
+    assert custodian_token.returncode == 0, custodian_token.stderr
+    # The custodian answers nobody without the pod-local credential, on either port.
+    for endpoint in ("model-proxy", "menu", "push", "spawn", "operator-port"):
+        assert a[endpoint][1] == "reached HTTP401", (endpoint, a[endpoint])
+    # The agent has no cluster identity: the API server lets it create no Evidence.
+    assert re.fullmatch(r"reached HTTP40[13]", a["evidence"][1]), a["evidence"]
+    # The file tools stay inside the granted root.
+    assert "outside the granted root" in attack.results[-1], attack.results[-1]
+    # Nothing secret crossed over, in any output.
+    secrets = [*corral.secret_values("attacker"), custodian_token.stdout.strip()]
+    assert all(len(s) >= 32 for s in secrets)
+    for secret in secrets:
+        assert secret not in attack.seen
+
+
+def test_root_filesystems_are_read_only(corral: Corral, quiet: Quiet, attack: Attack) -> None:
+    rc, out = attack.attempts["root-write"]
+    assert rc != 0 and "Read-only file system" in out, out
+    assert attack.attempts["workspace-write"] == (0, "ok")
+    pod = f"corral-{quiet.name}"
+    for container in UIDS:
+        done = corral.exec(pod, container, "touch", "/written-by-a-test")
+        assert done.returncode != 0 and "Read-only file system" in done.stderr, (container, done)
+    for container in _containers(quiet.pod):
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True, container["name"]
+
+
+def test_no_service_account_token_in_harness_or_tools(corral: Corral, quiet: Quiet) -> None:
+    pod = f"corral-{quiet.name}"
+    assert quiet.pod["spec"]["automountServiceAccountToken"] is False
+    for container in ("harness", "tools"):
+        for path in ("/var/run/secrets/kubernetes.io/serviceaccount", "/var/run/corral/kube"):
+            done = corral.exec(pod, container, "ls", path)
+            assert done.returncode != 0 and NO_FILE in done.stderr, (container, path, done)
+        mounts = corral.exec(pod, container, "cat", "/proc/self/mounts").stdout
+        assert "serviceaccount" not in mounts and "/var/run/corral/kube" not in mounts
+    # The custodian's is the pod's only token: projected, bound to the audience, expiring.
+    token = corral.exec(pod, "custodian", "cat", "/var/run/corral/kube/token")
+    assert token.returncode == 0, token.stderr
+    payload = token.stdout.strip().split(".")[1]
+    claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    assert claims["aud"] == ["https://kubernetes.default.svc.cluster.local"], claims
+    assert claims["exp"] - claims["iat"] <= 3600 + 60, claims
+    assert claims["kubernetes.io"]["serviceaccount"]["name"] == "corral-sandbox", claims
+
+
+# Each weakening alone makes a copy of the sandbox pod fail Pod Security `restricted`.
+def _weaken(kind: str, spec: dict[str, Any]) -> None:
+    containers = {c["name"]: c for c in spec["containers"]}
+    if kind == "privilege-escalation":
+        containers["tools"]["securityContext"]["allowPrivilegeEscalation"] = True
+    elif kind == "root":
+        containers["harness"]["securityContext"]["runAsUser"] = 0
+    elif kind == "capability":
+        containers["custodian"]["securityContext"]["capabilities"] = {"add": ["NET_RAW"]}
+    elif kind == "unconfined-seccomp":
+        spec["securityContext"]["seccompProfile"] = {"type": "Unconfined"}
+    elif kind == "privileged":
+        containers["tools"]["securityContext"]["privileged"] = True
+        containers["tools"]["securityContext"]["allowPrivilegeEscalation"] = True
+    elif kind == "host-port":
+        containers["harness"]["ports"][0]["hostPort"] = 8080
+    elif kind == "host-network":
+        spec["hostNetwork"] = True
+    elif kind == "host-path":
+        spec["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
+    else:
+        raise AssertionError(kind)
+
+
+WEAKENINGS = (
+    "privilege-escalation",
+    "root",
+    "capability",
+    "unconfined-seccomp",
+    "privileged",
+    "host-network",
+    "host-path",
+    "host-port",
+)
+
+
+def test_pod_security_restricted_admits_the_sandbox_and_refuses_weakened_copies(
+    corral: Corral, quiet: Quiet
+) -> None:
+    labels = (corral.get("namespace", NAMESPACE, namespace=NAMESPACE) or {})["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert quiet.pod["status"]["phase"] == "Running"
+
+    def copy_with(kind: str | None) -> str:
+        spec = copy.deepcopy(quiet.pod["spec"])
+        spec.pop("nodeName", None)
+        if kind is not None:
+            _weaken(kind, spec)
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"copy-{kind or 'as-built'}", "namespace": NAMESPACE},
+            "spec": spec,
+        }
+        done = corral.kubectl(
+            "create", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False
+        )
+        return done.stdout + done.stderr
+
+    assert "created (server dry run)" in copy_with(None)
+    for kind in WEAKENINGS:
+        answer = copy_with(kind)
+        refusals = ['violates PodSecurity "restricted:latest"']
+        if kind == "privileged":  # an API server run with --allow-privileged=false says so first
+            refusals.append("privileged: Forbidden: disallowed by cluster policy")
+        assert any(r in answer for r in refusals), (kind, answer)
+
+
+def test_a_sandbox_reaches_neither_another_sandbox_nor_a_host_outside_its_allowlist(
+    corral: Corral, quiet: Quiet, attack: Attack, prober: str
+) -> None:
+    a = attack.attempts
+    for name in ("other-harness", "other-custodian", "other-custodian-operator"):
+        rc, out = a[name]
+        assert rc != 0 and out.startswith("blocked"), (name, out)
+    rc, out = a["host-outside-allowlist"]
+    assert rc != 0 and out.startswith("blocked"), out
+    # The platform egress is open (the model's port on the same host)...
+    assert a["host-in-allowlist"] == (0, "reached"), a["host-in-allowlist"]
+    # ...and the forbidden server does answer a pod no policy selects: the policy blocked it.
+    assert corral.probe(prober, "main", "tcp", corral.forbidden) == "reached"
+
+
+def test_only_the_operator_reaches_the_harness(corral: Corral, quiet: Quiet, prober: str) -> None:
+    operator = corral.operator_pod()
+    for port in (8080, 8082):
+        answer = corral.probe(
+            operator,
+            "operator",
+            "http",
+            f"http://{quiet.ip}:{port}/readyz",
+            namespace=_corral.OPERATOR_NAMESPACE,
+        )
+        assert answer.startswith("reached HTTP"), (port, answer)
+    for port in (8080, 8081, 8082):
+        answer = corral.probe(prober, "main", "tcp", f"{quiet.ip}:{port}")
+        assert answer.startswith("blocked"), (port, answer)
+
+
+def test_deleting_the_session_removes_the_pod(corral: Corral, quiet: Quiet, attack: Attack) -> None:
+    for name in (quiet.name, "attacker"):
+        assert corral.get("pod", f"corral-{name}") is not None
+        corral.kubectl("delete", "session", name, "-n", NAMESPACE, "--wait=false")
+    for name in (quiet.name, "attacker"):
+
+        def gone(name: str = name) -> bool:
+            return all(
+                corral.get(kind, obj) is None
+                for kind, obj in (("pod", f"corral-{name}"), ("session", name))
+            )
+
+        _corral.wait_for(f"Session {name} and its pod to go", gone, 60)
+        # What else the Session owned goes with it (the garbage collector's work).
+        for kind, obj in (("secret", f"corral-{name}-wire"), ("networkpolicy", f"corral-{name}")):
+
+            def collected(kind: str = kind, obj: str = obj) -> bool:
+                return corral.get(kind, obj) is None
+
+            _corral.wait_for(f"{kind} {obj} to go", collected, 30)
