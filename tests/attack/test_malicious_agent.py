@@ -58,10 +58,10 @@ def _attack_script(*, node_pods: Path, namespace: str, pod: str, ip: str, api: s
             f'{custodian}/agents/x/tools/spawn_child -d \'{{"task":"escape"}}\'',
             f"try approval curl -s -w ' HTTP%{{http_code}}' {custodian}/approvals/x",
             f"try operator-port curl -s -w ' HTTP%{{http_code}}' http://{ip}:8082/v1/usage",
-            f"try evidence curl -sk -w ' HTTP%{{http_code}}' -X POST "
+            f"try evidence curl -sk -o /dev/null -w ' HTTP%{{http_code}}' -X POST "
             f"{api}/apis/corral.dev/v1alpha1/namespaces/{namespace}/evidences "
             "-H 'content-type: application/json' -d '{}'",
-            f"try approve-own curl -sk -w ' HTTP%{{http_code}}' -X PATCH "
+            f"try approve-own curl -sk -o /dev/null -w ' HTTP%{{http_code}}' -X PATCH "
             f"{api}/apis/corral.dev/v1alpha1/namespaces/{namespace}/approvals/x/status "
             "-H 'content-type: application/merge-patch+json' "
             '-d \'{"status":{"decision":"Approved"}}\'',
