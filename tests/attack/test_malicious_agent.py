@@ -12,7 +12,6 @@ import base64
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,6 +22,7 @@ from ..cluster._operator_fixtures import (
     session_doc,
     wait_for,
 )
+from ._results import tool_results
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -78,19 +78,6 @@ def _secret_values(operator: OperatorHandle, name: str) -> list[str]:
     return [base64.b64decode(v).decode() for v in data.values()]
 
 
-def _tool_results(requests: list[dict[str, Any]]) -> list[str]:
-    last = requests[-1]["body"]["messages"]
-    out: list[str] = []
-    for message in last:
-        for block in message.get("content") or []:
-            if isinstance(block, dict) and block.get("type") == "tool_result":
-                content = block.get("content")
-                if isinstance(content, list):
-                    content = "".join(str(c.get("text", "")) for c in content)
-                out.append(str(content))
-    return out
-
-
 def test_the_agents_shell_and_tools_cannot_get_past_the_pod(
     operator: OperatorHandle, scripted_model: ScriptedModelHandle, git_repo: Path
 ) -> None:
@@ -132,7 +119,7 @@ def test_the_agents_shell_and_tools_cannot_get_past_the_pod(
     status = operator.wait_phase(name, {"Succeeded", "Failed"}, timeout=120)
     assert status["phase"] == "Succeeded", status
 
-    results = _tool_results(scripted_model.requests(name))
+    results = tool_results(scripted_model.requests(name))
     seen = "\n".join(results)
     attempts = {m["name"]: (int(m["rc"]), m["out"]) for m in LINE.finditer(seen)}
     assert len(attempts) == 17, seen

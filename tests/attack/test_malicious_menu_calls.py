@@ -29,6 +29,7 @@ from ..cluster._operator_fixtures import (
     wait_for,
 )
 from ..unit.custodian._custodian_proc import git_daemon
+from ._results import tool_results
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -121,18 +122,6 @@ def _custodian_pids(session: str) -> list[int]:
     return found
 
 
-def _results(requests: list[dict[str, Any]]) -> list[str]:
-    out = []
-    for message in requests[-1]["body"]["messages"]:
-        for block in message.get("content") or []:
-            if isinstance(block, dict) and block.get("type") == "tool_result":
-                content = block.get("content")
-                if isinstance(content, list):
-                    content = "".join(str(c.get("text", "")) for c in content)
-                out.append(str(content))
-    return out
-
-
 def test_the_menu_refuses_and_the_custodian_runs_nothing_the_agent_planted(
     operator: OperatorHandle,
     scripted_model: ScriptedModelHandle,
@@ -208,7 +197,7 @@ def test_the_menu_refuses_and_the_custodian_runs_nothing_the_agent_planted(
             check=True,
         ).stdout.strip()
 
-    planted, other_branch, other_agent, _sleep, push = _results(scripted_model.requests(name))
+    planted, other_branch, other_agent, _sleep, push = tool_results(scripted_model.requests(name))
     assert "planted" in planted, planted
     revision = planted.split("REV=")[1].split()[0]
     assert "'main'" in other_branch, other_branch  # only the session's own branch
