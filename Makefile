@@ -25,6 +25,10 @@ control-plane: ## Build the pinned kube-apiserver, etcd, KCM, kubectl, helm (cac
 exec: ## Build corral-exec, the sandbox's tools service (static Go binary, cached in ~/.cache/corral)
 	@bash hack/build-exec.sh >/dev/null
 
+exec-check: ## gofmt, go vet and go test for corral-exec
+	@cd harness_image/corral_exec && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: the files above need formatting" >&2; exit 1; }
+	cd harness_image/corral_exec && CGO_ENABLED=0 GOTOOLCHAIN=local go vet ./... && CGO_ENABLED=0 GOTOOLCHAIN=local go test -count=1 ./...
+
 crds: $(STAMP) ## Regenerate crds/ and the chart's copy from the API models
 	$(BIN)/python -m corral_api.crdgen crds charts/corral/crds
 
@@ -36,7 +40,7 @@ lint: $(STAMP) ## ruff, mypy --strict and import-linter
 	$(BIN)/mypy $(SRC)
 	$(BIN)/lint-imports
 
-test: $(STAMP) lint crds-check control-plane exec ## Everything CI runs: lint, drift check, unit, wire and cluster tests
+test: $(STAMP) lint crds-check control-plane exec exec-check ## Everything CI runs: lint, drift check, Go and Python tests (unit, wire, cluster, attack, node)
 	$(BIN)/pytest -q -p no:cacheprovider
 
 test-unit: $(STAMP) ## Unit tests only (no processes, no cluster)
@@ -65,4 +69,4 @@ e2e-kind: ## End-to-end on kind (needs Docker and kind; not in CI here)
 clean: ## Remove the venv and local state (keeps the binary cache)
 	rm -rf $(VENV) .corral
 
-.PHONY: help venv node control-plane exec crds crds-check lint test test-unit bench demo dev-cluster dev-cluster-down e2e-kind clean
+.PHONY: help venv node exec exec-check control-plane crds crds-check lint test test-unit bench demo dev-cluster dev-cluster-down e2e-kind clean
