@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from .._scripted import tool_results
 from ..cluster._operator_fixtures import (
     OperatorHandle,
     ScriptedModelHandle,
@@ -22,7 +23,6 @@ from ..cluster._operator_fixtures import (
     session_doc,
     wait_for,
 )
-from ._results import tool_results
 
 pytestmark = pytest.mark.timeout(240)
 

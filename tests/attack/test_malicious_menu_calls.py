@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from .._scripted import tool_results
 from ..cluster._operator_fixtures import (
     OperatorHandle,
     ScriptedModelHandle,
@@ -29,7 +30,6 @@ from ..cluster._operator_fixtures import (
     wait_for,
 )
 from ..unit.custodian._custodian_proc import git_daemon
-from ._results import tool_results
 
 pytestmark = pytest.mark.timeout(300)
 

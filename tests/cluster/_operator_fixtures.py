@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
 import pytest
 import yaml
 
@@ -36,6 +35,7 @@ from corral_dev.stack import (
     render_chart,
 )
 
+from .._scripted import load_script, model_requests
 from ._node_fixtures import LocalNodeHandle
 
 __all__ = [
@@ -83,15 +83,10 @@ class ScriptedModelHandle:
     process: subprocess.Popen[bytes]
 
     def load(self, script: dict[str, Any]) -> None:
-        httpx.post(f"{self.url}/_script", json=script, timeout=10).raise_for_status()
+        load_script(self.url, script)
 
     def requests(self, conversation: str) -> list[dict[str, Any]]:
-        found = httpx.get(
-            f"{self.url}/_requests", params={"conversation": conversation}, timeout=10
-        )
-        found.raise_for_status()
-        body = found.json()
-        return list(body["requests"] if isinstance(body, dict) else body)
+        return model_requests(self.url, conversation)
 
 
 @pytest.fixture(scope="session")

@@ -20,11 +20,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-import httpx
 import yaml
 
 from corral_dev import _realnode_stack as rstack
 
+from .._scripted import load_script, model_requests, tool_results
 from ._target import Target
 
 T = TypeVar("T")
@@ -198,29 +198,16 @@ class Corral:
     # ------------------------------------------------------------------ the scripted model
 
     def load_script(self, script: dict[str, Any]) -> None:
-        httpx.post(f"{self.model_url}/_script", json=script, timeout=10).raise_for_status()
+        load_script(self.model_url, script)
 
     def model_requests(self, conversation: str) -> list[dict[str, Any]]:
-        found = httpx.get(
-            f"{self.model_url}/_requests", params={"conversation": conversation}, timeout=10
-        )
-        found.raise_for_status()
-        body = found.json()
-        return list(body["requests"] if isinstance(body, dict) else body)
+        return model_requests(self.model_url, conversation)
 
     def tool_results(self, conversation: str) -> list[str]:
         """The tool results the model received, in order (from its last request)."""
         requests = self.model_requests(conversation)
         assert requests, f"the model saw no request of {conversation}"
-        out: list[str] = []
-        for message in requests[-1]["body"]["messages"]:
-            for block in message.get("content") or []:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    content = block.get("content")
-                    if isinstance(content, list):
-                        content = "".join(str(c.get("text", "")) for c in content)
-                    out.append(str(content))
-        return out
+        return tool_results(requests)
 
 
 def agent_doc(**spec: Any) -> dict[str, Any]:
