@@ -46,16 +46,23 @@ test: $(STAMP) lint crds-check control-plane exec exec-check ## Everything CI ru
 test-unit: $(STAMP) ## Unit tests only (no processes, no cluster)
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit
 
-bench: $(STAMP) control-plane exec ## Benchmarks: harness step overhead, cold start, context, operator
-	@for b in bench/*_bench.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
+bench: $(STAMP) control-plane exec ## Every benchmark, all figures in one run (pi beside Corral when installable); misses listed at the end
+	@if peers=$$(bash hack/install-peers.sh 2>/dev/null); then export CORRAL_BENCH_PEERS="$$peers"; \
+	else echo "(pi could not be installed: the per-step bench runs Corral alone)"; fi; \
+	missed=""; \
+	for b in bench/*_bench.py; do echo "== $$b"; $(BIN)/python $$b || missed="$$missed $$b"; done; \
+	if [ -n "$$missed" ]; then echo "== targets missed (or bench failed):$$missed"; exit 1; fi
+
+bench-peers: $(STAMP) exec ## Per-step overhead beside pi on the same tree and model (installs pi, pinned, into ~/.cache/corral/peers)
+	@peers=$$(bash hack/install-peers.sh) && $(BIN)/python bench/steps_bench.py --peers "$$peers"
 
 node: ## Build the real node (containerd, kubelet, kube-proxy, CoreDNS, kube-router) and Corral's images (root; cached in ~/.cache/corral)
 	bash hack/node/install-packages.sh
 	bash hack/node/build-node.sh >/dev/null
 	bash hack/node/build-images.sh >/dev/null
 
-demo: $(STAMP) ## Run the demo session on this machine: no cluster, no network, no key needed
-	CORRAL_BIN=$(BIN)/corral bash demo/run_demo.sh
+demo: $(STAMP) ## Run the demo session on this machine: no cluster, no network, no key needed (SCENARIO=plan: a forced plan)
+	CORRAL_BIN=$(BIN)/corral SCENARIO=$(SCENARIO) bash demo/run_demo.sh
 
 dev-cluster: $(STAMP) control-plane exec ## Local cluster running Corral (control plane, node, operator, demo model)
 	$(BIN)/python -m corral_dev up
@@ -69,4 +76,4 @@ e2e-kind: ## End-to-end on kind (needs Docker and kind; not in CI here)
 clean: ## Remove the venv and local state (keeps the binary cache)
 	rm -rf $(VENV) .corral
 
-.PHONY: help venv node exec exec-check control-plane crds crds-check lint test test-unit bench demo dev-cluster dev-cluster-down e2e-kind clean
+.PHONY: help venv node exec exec-check control-plane crds crds-check lint test test-unit bench bench-peers demo dev-cluster dev-cluster-down e2e-kind clean

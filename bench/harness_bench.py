@@ -67,13 +67,15 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(("CORRAL_", "ANTHROPIC_"))}
 
 
-def start_exec(work: Path, root: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    """A corral-exec serving root, as the tools container runs it."""
+def start_exec(
+    work: Path, root: Path, binary: Path | None = None
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """A corral-exec serving root, as the tools container runs it (this tree's, or `binary`)."""
     socket = work / f"exec-{free_port()}" / "exec.sock"
     env = _clean_env()
     env["PATH"] = f"{BIN}:{env.get('PATH', '')}"  # rg, as the tools image would have it
     proc = subprocess.Popen(
-        [str(exec_binary()), "serve", "--socket", str(socket), "--root", str(root)],
+        [str(binary or exec_binary()), "serve", "--socket", str(socket), "--root", str(root)],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

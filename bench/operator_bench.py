@@ -1,35 +1,49 @@
-"""Operator benchmark (`make bench`): how fast a Session gets its pod and its first turn, and how
-the operator copes with 200 Sessions applied at once.
+"""Operator benchmark (`make bench`): 1,000 Sessions in one burst, and 50 on real local pods.
 
-Part 1, real path (20 Sessions, one after another): kube-apiserver, the operator under the
-chart's RBAC, the local node running the harness and custodian processes, the scripted model.
-Measured per Session from the POST that `kubectl apply` would send: (a) until the sandbox pod
-exists (the pod's ADDED watch event), (b) until the first turn is admitted (the Session's
-status first carries `startedAt`, written right after the harness accepted the admission).
+Both parts run the real `corral-operator` process under the chart's RBAC against the local
+control plane (etcd + kube-apiserver + kube-controller-manager), apply the Sessions with the
+pinned `kubectl apply`, and take every timestamp from this process's own watches on Sessions
+and Pods (not `creationTimestamp`, whose resolution is a second):
 
-Part 2, scale (200 Sessions in one burst): 200 real sandbox pods would be 400 Python processes,
-more than two cores start in a minute, so a BENCH BINDER (a fake kubelet, named as such: it
-only marks pods Ready on their own loopback IP) stands in for the node, and ONE real harness
-listening on 0.0.0.0:<harness port> answers the wire for every pod. The operator's side is
-unchanged: pods, status, readiness, the wire. Measured: time until all 200 are Running (first
-turn admitted), and the operator's peak resident memory (VmHWM).
+- apply -> pod: from the Session's ADDED event (the moment `kubectl apply` created it) to its
+  sandbox pod's ADDED event;
+- apply -> first turn admitted: to the first Session event whose status carries `startedAt`
+  (written right after the harness accepted the admission);
+- all admitted: from the start of `kubectl apply` until the last Session's first admission;
+- the operator's peak resident memory (VmHWM) and CPU seconds (utime + stime);
+- API requests per Session: the operator identity's requests in the API server's audit log,
+  from the start of `kubectl apply` until every Session has finished and its pod is gone,
+  divided by the number of Sessions (with the top request kinds).
 
-Run: `.venv/bin/python bench/operator_bench.py [--sessions 20] [--burst 200]`.
+Part A (`--burst`, default 1,000): the sandbox side is the STAND-IN SANDBOX
+(`corral_dev._standin_sandbox`): one process marks each sandbox pod Ready on an address of its
+own and answers the harness wire and the custodian's usage endpoint there, with the wire's real
+shapes and each pod's own token; its turns settle `completed` after `--turn-seconds`. 1,000 real
+pods would be 3,000 processes, more than two cores and 24 GiB hold.
+
+Part B (`--local-node`, default 50): real sandbox pods on the local node (harness, tools and
+custodian processes per pod, the scripted model behind the custodian), all applied at once.
+
+Targets (part A): all admitted within 120 s, operator RSS under 400 MB, p99 apply -> pod under
+2 s. Each prints PASS or MISS; the exit status is non-zero on a MISS only with `--strict`.
+
+Run: `.venv/bin/python bench/operator_bench.py [--burst 1000] [--local-node 50] [--strict]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import os
 import shutil
 import ssl
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +53,50 @@ import yaml
 from corral_dev import controlplane, stack
 
 ROOT = Path(__file__).resolve().parents[1]
-BIN = Path(sys.executable).parent
 # Outside /tmp: the local node maps a container's /tmp mount onto host paths.
 WORK = Path.home() / ".cache" / "corral" / "bench"
+OPERATOR_USER = f"system:serviceaccount:{stack.OPERATOR_NAMESPACE}:{stack.OPERATOR_SA}"
+TARGET_ALL_ADMITTED_S = 120.0
+TARGET_RSS_MB = 400.0
+TARGET_P99_POD_MS = 2000.0
+
+
+# ------------------------------------------------------------------------------- watching
+
+
+@dataclass
+class Clock:
+    """Client-side timestamps (perf_counter) of what the watches saw, per Session name."""
+
+    applied: dict[str, float] = field(default_factory=dict)
+    pod: dict[str, float] = field(default_factory=dict)
+    admitted: dict[str, float] = field(default_factory=dict)
+    finished: dict[str, float] = field(default_factory=dict)
+    pods_gone: set[str] = field(default_factory=set)
+    phases: dict[str, str] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def on_session(self, t: float, event: dict[str, Any]) -> None:
+        obj = event["object"]
+        name = obj["metadata"]["name"]
+        status = obj.get("status") or {}
+        with self.lock:
+            self.applied.setdefault(name, t)
+            if status.get("startedAt"):
+                self.admitted.setdefault(name, t)
+            phase = status.get("phase") or ""
+            self.phases[name] = phase
+            if phase in ("Succeeded", "Failed", "Stopped"):
+                self.finished.setdefault(name, t)
+
+    def on_pod(self, t: float, event: dict[str, Any]) -> None:
+        session = (event["object"]["metadata"].get("labels") or {}).get("corral.dev/session")
+        if not session:
+            return
+        with self.lock:
+            self.pod.setdefault(session, t)
+            if event["type"] == "DELETED":
+                self.pods_gone.add(session)
 
 
 class Api:
@@ -49,121 +104,153 @@ class Api:
 
     def __init__(self, kubeconfig: Path) -> None:
         cfg = json.loads(kubeconfig.read_text())
-        cluster = cfg["clusters"][0]["cluster"]
-        user = cfg["users"][0]["user"]
-        self.server = cluster["server"]
+        cluster, user = cfg["clusters"][0]["cluster"], cfg["users"][0]["user"]
         tls = ssl.create_default_context(cafile=cluster["certificate-authority"])
         tls.load_cert_chain(user["client-certificate"], user["client-key"])
-        self.http = httpx.Client(base_url=self.server, verify=tls, timeout=30)
-
-    def post(self, path: str, body: dict[str, Any]) -> None:
-        self.http.post(path, json=body).raise_for_status()
+        self.http = httpx.Client(base_url=cluster["server"], verify=tls, timeout=30)
 
     def watch(self, path: str, on_event: Any, stop: threading.Event) -> None:
-        params = {"watch": "1", "allowWatchBookmarks": "false"}
+        """Every event of `path`, for as long as `stop` is not set. The API server ends a watch
+        now and then (its timeout, a slow reader under load): the watch resumes from the last
+        resourceVersion seen, so no event is lost; after a 410 it lists again (what changed in
+        between is then timed at the list, later than it happened)."""
+        version = ""
+        while not stop.is_set():
+            params = {"watch": "1", "allowWatchBookmarks": "true"}
+            if version:
+                params["resourceVersion"] = version
+            try:
+                with self.http.stream("GET", path, params=params, timeout=None) as response:
+                    for line in response.iter_lines():
+                        if stop.is_set():
+                            return
+                        if not line:
+                            continue
+                        event = json.loads(line)
+                        if event["type"] == "ERROR":
+                            version = self._relist(path, on_event)
+                            break
+                        version = event["object"]["metadata"].get("resourceVersion", version)
+                        if event["type"] != "BOOKMARK":
+                            on_event(time.perf_counter(), event)
+            except httpx.HTTPError:
+                if stop.is_set():  # the control plane stopping ends every watch
+                    return
+                time.sleep(0.2)
+
+    def _relist(self, path: str, on_event: Any) -> str:
+        listed = self.http.get(path).json()
+        now = time.perf_counter()
+        for item in listed.get("items") or []:
+            on_event(now, {"type": "MODIFIED", "object": item})
+        return str(listed["metadata"]["resourceVersion"])
+
+    def queue_waits(self) -> dict[str, tuple[float, float]]:
+        """API Priority and Fairness: (seconds waited in total, requests) per priority level,
+        from the API server's /metrics (requests that were executed)."""
+        waits: dict[str, list[float]] = {}
+        name = "apiserver_flowcontrol_request_wait_duration_seconds"
+        for line in self.http.get("/metrics").text.splitlines():
+            for suffix, slot in (("_sum{", 0), ("_count{", 1)):
+                if line.startswith(name + suffix) and 'execute="true"' in line:
+                    level = line.split('priority_level="', 1)[1].split('"', 1)[0]
+                    waits.setdefault(level, [0.0, 0.0])[slot] += float(line.rsplit(" ", 1)[1])
+        return {level: (total, count) for level, (total, count) in waits.items()}
+
+    def start_watches(self, ns: str, clock: Clock, stop: threading.Event) -> None:
+        for path, handler in (
+            (f"/api/v1/namespaces/{ns}/pods", clock.on_pod),
+            (f"/apis/corral.dev/v1alpha1/namespaces/{ns}/sessions", clock.on_session),
+        ):
+            threading.Thread(target=self.watch, args=(path, handler, stop), daemon=True).start()
+
+
+# ------------------------------------------------------------------------ the operator
+
+
+@dataclass
+class ProcessMeter:
+    """Peak resident memory and CPU seconds of one process, read from /proc."""
+
+    pid: int
+    cpu_s: float = 0.0
+    peak_rss_mb: float = 0.0
+
+    def read(self) -> None:
         try:
-            with self.http.stream("GET", path, params=params, timeout=None) as response:
-                for line in response.iter_lines():
-                    if stop.is_set():
-                        return
-                    if line:
-                        on_event(time.perf_counter(), json.loads(line))
-        except httpx.HTTPError:
-            if not stop.is_set():  # the control plane stopping ends every watch
-                raise
-
-
-def _session(name: str, repo: Path) -> dict[str, Any]:
-    return {
-        "apiVersion": "corral.dev/v1alpha1",
-        "kind": "Session",
-        "metadata": {"name": name},
-        "spec": {"agentRef": "coder", "task": "Say done.", "workspace": {"repo": str(repo)}},
-    }
-
-
-def _agent() -> dict[str, Any]:
-    return {
-        "apiVersion": "corral.dev/v1alpha1",
-        "kind": "Agent",
-        "metadata": {"name": "coder"},
-        "spec": {"identity": "You code.", "model": "corral-scripted"},
-    }
-
-
-def _wait(what: str, probe: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"bench: timed out waiting for {what}")
-        time.sleep(0.05)
-
-
-def _free(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code < 500
-    except httpx.HTTPError:
-        return False
+            stat = Path(f"/proc/{self.pid}/stat").read_text().rpartition(")")[2].split()
+            status = Path(f"/proc/{self.pid}/status").read_text().splitlines()
+        except OSError:
+            return
+        ticks = os.sysconf("SC_CLK_TCK")
+        self.cpu_s = (int(stat[11]) + int(stat[12])) / ticks  # utime, stime
+        for line in status:
+            if line.startswith("VmHWM:"):
+                self.peak_rss_mb = int(line.split()[1]) / 1024
 
 
 def start_operator(
     plane: controlplane.ControlPlane, ns: str, model_url: str, log: Path
 ) -> subprocess.Popen[bytes]:
-    chart = subprocess.run(
-        [
-            str(plane.bin_dir / "helm"),
-            "template",
-            "corral",
-            str(ROOT / "charts/corral"),
-            "--namespace",
-            "corral-system",
-            "--kube-version",
-            "1.34.4",
-            "--set-json",
-            f"watchNamespaces={json.dumps([ns])}",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    docs = [d for d in yaml.safe_load_all(chart) if d and d["kind"] != "Deployment"]
-    plane.kubectl("create", "namespace", "corral-system", check=False)
-    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs))
-    identity = plane.user_kubeconfig(
-        "system:serviceaccount:corral-system:corral-operator",
-        ["system:serviceaccounts", "system:serviceaccounts:corral-system", "system:authenticated"],
-    )
+    """The operator as the cluster tests start it: the chart's RBAC, its own identity."""
+    stack.install_rbac(plane, f"corral-{ns}", ns)
+    kubeconfig = stack.identity_kubeconfig(plane, stack.OPERATOR_NAMESPACE, stack.OPERATOR_SA)
     health = controlplane.free_port()
-    env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
-    proc = subprocess.Popen(
-        [
-            str(BIN / "corral-operator"),
-            "-n",
-            ns,
-            "--kubeconfig",
-            str(identity),
-            "--liveness",
-            f"http://127.0.0.1:{health}/healthz",
-            "--model-upstream-url",
-            model_url,
-            "--kube-api-url",
-            plane.server,
-            "--token-audience",
-            controlplane.API_AUDIENCE,
-        ],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-        env=env,
+    args = stack.operator_args(
+        plane, kubeconfig=kubeconfig, namespaces=[ns], health_port=health, model_url=model_url
     )
-    _wait("the operator", lambda: _free(f"http://127.0.0.1:{health}/healthz"), 60)
+    proc = stack.start_operator(args, log)
+    stack.wait_serving("the operator", f"http://127.0.0.1:{health}/healthz", proc, log, 60)
     return proc
 
 
-def peak_rss_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+class AuditCounter:
+    """The operator identity's requests in the API server's audit log, between two marks."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.mark = 0
+
+    def start(self) -> None:
+        self.mark = self.path.stat().st_size if self.path.exists() else 0
+
+    def count(self) -> collections.Counter[str]:
+        kinds: collections.Counter[str] = collections.Counter()
+        with self.path.open("rb") as log:
+            log.seek(self.mark)
+            for line in log:
+                try:
+                    entry = json.loads(line)
+                except ValueError:
+                    continue  # a line still being written
+                if entry.get("user", {}).get("username") != OPERATOR_USER:
+                    continue
+                ref = entry.get("objectRef") or {}
+                what = ref.get("resource", "?") + (
+                    f"/{ref['subresource']}" if ref.get("subresource") else ""
+                )
+                kinds[f"{entry.get('verb')} {what}"] += 1
+        return kinds
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def wait(what: str, probe: Any, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            print(f"bench: timed out after {timeout:.0f}s waiting for {what}", file=sys.stderr)
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Nearest-rank percentile (q in 0..100) of a non-empty list."""
+    ordered = sorted(values)
+    rank = max(1, round(q / 100 * len(ordered) + 0.5 - 1e-9))
+    return ordered[min(rank, len(ordered)) - 1]
 
 
 def make_repo() -> Path:
@@ -192,199 +279,265 @@ def make_repo() -> Path:
 
 def new_namespace(plane: controlplane.ControlPlane, name: str) -> None:
     plane.kubectl("create", "namespace", name)
-    plane.kubectl("label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted")
+    stack.enforce_restricted(plane, name)
     controlplane.wait_for_default_service_account(plane, name)
 
 
-# ------------------------------------------------------------------------------ part 1
+def agent_doc(ns: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "corral.dev/v1alpha1",
+        "kind": "Agent",
+        "metadata": {"name": "coder", "namespace": ns},
+        "spec": {"identity": "You code.", "model": "corral-scripted"},
+    }
 
 
-def part_one(plane: controlplane.ControlPlane, api: Api, model_url: str, n: int) -> dict[str, Any]:
-    ns = "bench-real"
+def session_docs(ns: str, prefix: str, n: int, repo: Path) -> list[dict[str, Any]]:
+    return [
+        {
+            "apiVersion": "corral.dev/v1alpha1",
+            "kind": "Session",
+            "metadata": {"name": f"{prefix}{i:04d}", "namespace": ns},
+            "spec": {"agentRef": "coder", "task": "Say done.", "workspace": {"repo": str(repo)}},
+        }
+        for i in range(n)
+    ]
+
+
+# ------------------------------------------------------------------------------ a burst
+
+
+@dataclass
+class Burst:
+    """One burst: apply `n` Sessions with kubectl, measure until all have finished."""
+
+    plane: controlplane.ControlPlane
+    api: Api
+    audit: AuditCounter
+    ns: str
+    n: int
+    timeout: float
+
+    def run(self, operator: subprocess.Popen[bytes], repo: Path, prefix: str) -> dict[str, Any]:
+        clock, stop = Clock(), threading.Event()
+        meter = ProcessMeter(operator.pid)
+        self.api.start_watches(self.ns, clock, stop)
+        sampling = threading.Thread(target=self._sample, args=(meter, stop), daemon=True)
+        sampling.start()
+        self.plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(agent_doc(self.ns)))
+        time.sleep(1.0)  # the Agent is validated once, before the clock starts
+        manifest = WORK / f"{self.ns}-sessions.yaml"
+        manifest.write_text(yaml.safe_dump_all(session_docs(self.ns, prefix, self.n, repo)))
+        try:
+            self.audit.start()
+            waits_before = self.api.queue_waits()
+            t0 = time.perf_counter()
+            self.plane.kubectl("apply", "-f", str(manifest), timeout=600)
+            kubectl_s = time.perf_counter() - t0
+            all_in = wait(
+                f"{self.n} sessions admitted", lambda: len(clock.admitted) >= self.n, self.timeout
+            )
+            admitted_at = time.perf_counter()
+            done = all_in and wait(
+                f"{self.n} sessions finished and their pods gone",
+                lambda: len(clock.finished) >= self.n and len(clock.pods_gone) >= self.n,
+                self.timeout,
+            )
+            meter.read()
+            requests = self.audit_count_settled()
+            waits = self.api.queue_waits()
+        finally:
+            stop.set()
+        figures = self._figures(clock, meter, requests, t0, kubectl_s, admitted_at, done)
+        # Mean wait in the API server's fair queues per priority level (the operator's
+        # ServiceAccount is in workload-low; the admin who applies is exempt).
+        figures["apiserver_queue_wait_ms_mean"] = {
+            level: round((total - waits_before.get(level, (0.0, 0.0))[0])
+                         / max(1.0, count - waits_before.get(level, (0.0, 0.0))[1]) * 1000, 1)
+            for level, (total, count) in sorted(waits.items())
+            if count > waits_before.get(level, (0.0, 0.0))[1]
+        }  # fmt: skip
+        return figures
+
+    def audit_count_settled(self) -> collections.Counter[str]:
+        # The audit log is written when a request completes: give the last ones a moment.
+        time.sleep(1.0)
+        return self.audit.count()
+
+    @staticmethod
+    def _sample(meter: ProcessMeter, stop: threading.Event) -> None:
+        while not stop.is_set():
+            meter.read()
+            time.sleep(0.5)
+
+    def _figures(
+        self,
+        clock: Clock,
+        meter: ProcessMeter,
+        requests: collections.Counter[str],
+        t0: float,
+        kubectl_s: float,
+        admitted_at: float,
+        done: bool,
+    ) -> dict[str, Any]:
+        with clock.lock:
+            to_pod = [
+                (clock.pod[s] - clock.applied[s]) * 1000 for s in clock.pod if s in clock.applied
+            ]
+            to_turn = [
+                (clock.admitted[s] - clock.applied[s]) * 1000
+                for s in clock.admitted
+                if s in clock.applied
+            ]
+            phases = collections.Counter(clock.phases.values())
+            last = max(clock.admitted.values(), default=admitted_at)
+        total = sum(requests.values())
+        return {
+            "sessions": self.n,
+            "kubectl_apply_s": round(kubectl_s, 2),
+            "pods_seen": len(to_pod),
+            "admitted": len(to_turn),
+            "apply_to_pod_ms_p50": round(percentile(to_pod, 50), 1) if to_pod else None,
+            "apply_to_pod_ms_p99": round(percentile(to_pod, 99), 1) if to_pod else None,
+            "apply_to_first_turn_ms_p50": round(percentile(to_turn, 50), 1) if to_turn else None,
+            "apply_to_first_turn_ms_p99": round(percentile(to_turn, 99), 1) if to_turn else None,
+            "all_admitted_s": round(last - t0, 2) if len(to_turn) >= self.n else None,
+            "all_finished": done,
+            "phases": dict(phases),
+            "operator_peak_rss_mb": round(meter.peak_rss_mb, 1),
+            "operator_cpu_s": round(meter.cpu_s, 1),
+            "api_requests_per_session": round(total / self.n, 1),
+            "api_requests_top": dict(requests.most_common(8)),
+        }
+
+
+# ------------------------------------------------------------------------------- parts
+
+
+def part_standin(
+    plane: controlplane.ControlPlane,
+    api: Api,
+    audit: AuditCounter,
+    model_url: str,
+    n: int,
+    turn_seconds: float,
+) -> dict[str, Any]:
+    ns = "bench-burst"
+    new_namespace(plane, ns)
+    standin = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "corral_dev._standin_sandbox",
+            "--kubeconfig",
+            str(plane.kubeconfig),
+            "--namespace",
+            ns,
+            "--turn-seconds",
+            str(turn_seconds),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=(WORK / "standin.log").open("wb"),
+    )
+    assert standin.stdout is not None
+    if standin.stdout.readline().strip() != b"ready":
+        raise SystemExit("bench: the stand-in sandbox did not start; see standin.log")
+    operator = start_operator(plane, ns, model_url, WORK / "operator-burst.log")
+    try:
+        burst = Burst(plane, api, audit, ns, n, timeout=max(180.0, n * 0.6))
+        return burst.run(operator, WORK / "repo", "b")
+    finally:
+        operator.terminate()
+        operator.wait(timeout=60)
+        standin.terminate()
+        standin.wait(timeout=30)
+        plane.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def part_local_node(
+    plane: controlplane.ControlPlane, api: Api, audit: AuditCounter, model_url: str, n: int
+) -> dict[str, Any]:
+    ns = "bench-node"
     new_namespace(plane, ns)
     node_dir = WORK / "node"
     shutil.rmtree(node_dir, ignore_errors=True)
-    repo = make_repo()
+    repo = WORK / "repo"
     # The node hides root's home from its containers; the repository is shared read-only.
     node = stack.start_local_node(
         plane.kubeconfig, node_dir, "bench-node", WORK / "node.log", shares=(repo,)
     )
-    operator = start_operator(plane, ns, model_url, WORK / "operator-real.log")
-    pod_seen: dict[str, float] = {}
-    admitted: dict[str, float] = {}
-    stop = threading.Event()
-
-    def on_pod(t: float, ev: dict[str, Any]) -> None:
-        name = ev["object"]["metadata"]["name"]
-        pod_seen.setdefault(name, t)
-
-    def on_session(t: float, ev: dict[str, Any]) -> None:
-        obj = ev["object"]
-        if (obj.get("status") or {}).get("startedAt"):
-            admitted.setdefault(obj["metadata"]["name"], t)
-
-    for path, handler in (
-        (f"/api/v1/namespaces/{ns}/pods", on_pod),
-        (f"/apis/corral.dev/v1alpha1/namespaces/{ns}/sessions", on_session),
-    ):
-        threading.Thread(target=api.watch, args=(path, handler, stop), daemon=True).start()
+    operator = start_operator(plane, ns, model_url, WORK / "operator-node.log")
     try:
-        api.post(f"/apis/corral.dev/v1alpha1/namespaces/{ns}/agents", _agent())
-        time.sleep(1.0)  # the Agent is validated once, before the clock starts
-        to_pod: list[float] = []
-        to_turn: list[float] = []
-        for i in range(n):
-            name = f"s{i:03d}"
-            t0 = time.perf_counter()
-            api.post(f"/apis/corral.dev/v1alpha1/namespaces/{ns}/sessions", _session(name, repo))
-            _wait(f"pod of {name}", lambda nm=f"corral-{name}": nm in pod_seen, 60)
-            _wait(f"first turn of {name}", lambda nm=name: nm in admitted, 120)
-            to_pod.append((pod_seen[f"corral-{name}"] - t0) * 1000)
-            to_turn.append((admitted[name] - t0) * 1000)
-        return {
-            "sessions": n,
-            "apply_to_pod_ms_median": round(statistics.median(to_pod), 1),
-            "apply_to_pod_ms_max": round(max(to_pod), 1),
-            "apply_to_first_turn_ms_median": round(statistics.median(to_turn), 1),
-            "apply_to_first_turn_ms_max": round(max(to_turn), 1),
-            "operator_peak_rss_mb": round(peak_rss_mb(operator.pid), 1),
-        }
+        burst = Burst(plane, api, audit, ns, n, timeout=900.0)
+        return burst.run(operator, repo, "n")
     finally:
-        stop.set()
         operator.terminate()
         node.terminate()
-        operator.wait(timeout=20)
-        node.wait(timeout=30)
+        operator.wait(timeout=60)
+        node.wait(timeout=60)
 
 
-# ------------------------------------------------------------------------------ part 2
-
-
-def bench_binder(api: Api, ns: str, stop: threading.Event) -> None:
-    """BENCH BINDER, a fake kubelet: marks each sandbox pod Running and Ready on its own
-    loopback IP. Nothing runs in the pod; one shared real harness answers every IP."""
-    counter = iter(range(1, 60000))
-
-    def on_pod(_t: float, ev: dict[str, Any]) -> None:
-        pod = ev["object"]
-        if ev["type"] != "ADDED" or (pod.get("status") or {}).get("podIP"):
-            return
-        i = next(counter)
-        ip = f"127.{100 + i // 250}.{i % 250 + 1}.1"
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        status = {
-            "phase": "Running",
-            "podIP": ip,
-            "podIPs": [{"ip": ip}],
-            "hostIP": "127.0.0.1",
-            "startTime": now,
-            "conditions": [
-                {"type": t, "status": "True", "lastTransitionTime": now}
-                for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
-            ],
-        }
-        name = pod["metadata"]["name"]
-        api.http.patch(
-            f"/api/v1/namespaces/{ns}/pods/{name}/status",
-            json={"status": status},
-            headers={"Content-Type": "application/merge-patch+json"},
-        ).raise_for_status()
-
-    api.watch(f"/api/v1/namespaces/{ns}/pods", on_pod, stop)
-
-
-def part_two(plane: controlplane.ControlPlane, api: Api, model_url: str, n: int) -> dict[str, Any]:
-    ns = "bench-burst"
-    new_namespace(plane, ns)
-    if _free("http://127.0.0.1:8080/readyz"):
-        raise SystemExit("bench: port 8080 is taken; the shared harness needs it")
-    state = WORK / "harness-state"
-    shutil.rmtree(state, ignore_errors=True)
-    state.mkdir(parents=True)
-    harness = subprocess.Popen(
-        [str(BIN / "corral-harness")],
-        env={
-            **os.environ,
-            "CORRAL_HARNESS_ADDR": "0.0.0.0:8080",
-            "CORRAL_STATE_DIR": str(state),
-            "CORRAL_GRANTED_ROOT": str(make_repo()),
-            "ANTHROPIC_BASE_URL": model_url,
-        },
-        stdout=(WORK / "harness.log").open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    _wait("the shared harness", lambda: _free("http://127.0.0.1:8080/readyz"), 60)
-    stop = threading.Event()
-    threading.Thread(target=bench_binder, args=(api, ns, stop), daemon=True).start()
-    operator = start_operator(plane, ns, model_url, WORK / "operator-burst.log")
-    running: dict[str, float] = {}
-
-    def on_session(t: float, ev: dict[str, Any]) -> None:
-        obj = ev["object"]
-        if (obj.get("status") or {}).get("startedAt"):
-            running.setdefault(obj["metadata"]["name"], t)
-
-    threading.Thread(
-        target=api.watch,
-        args=(f"/apis/corral.dev/v1alpha1/namespaces/{ns}/sessions", on_session, stop),
-        daemon=True,
-    ).start()
-    try:
-        api.post(f"/apis/corral.dev/v1alpha1/namespaces/{ns}/agents", _agent())
-        time.sleep(1.0)
-        repo = WORK / "repo"
-        docs = [_session(f"b{i:03d}", repo) for i in range(n)]
-        for doc in docs:
-            doc["metadata"]["namespace"] = ns
-        t0 = time.perf_counter()
-        plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(docs), timeout=120)
-        applied = time.perf_counter() - t0
-        try:
-            _wait(f"{n} sessions running", lambda: len(running) >= n, 60 + n)
-        except SystemExit:
-            out = plane.kubectl("get", "sessions", "-n", ns, "--no-headers", check=False).stdout
-            print("\n".join(out.splitlines()[:10]), file=sys.stderr)
-            raise
-        return {
-            "sessions": n,
-            "kubectl_apply_s": round(applied, 2),
-            "all_running_s": round(max(running.values()) - t0, 2),
-            "operator_peak_rss_mb": round(peak_rss_mb(operator.pid), 1),
-        }
-    finally:
-        stop.set()
-        operator.terminate()
-        harness.terminate()
-        operator.wait(timeout=30)
-        harness.wait(timeout=30)
+def verdicts(burst: dict[str, Any]) -> list[tuple[str, bool]]:
+    admitted = burst.get("all_admitted_s")
+    p99 = burst.get("apply_to_pod_ms_p99")
+    return [
+        (
+            f"all {burst['sessions']} admitted within {TARGET_ALL_ADMITTED_S:.0f} s: {admitted} s",
+            admitted is not None and admitted <= TARGET_ALL_ADMITTED_S,
+        ),
+        (
+            f"operator peak RSS under {TARGET_RSS_MB:.0f} MB: {burst['operator_peak_rss_mb']} MB",
+            burst["operator_peak_rss_mb"] < TARGET_RSS_MB,
+        ),
+        (
+            f"p99 apply -> pod under {TARGET_P99_POD_MS:.0f} ms: {p99} ms",
+            p99 is not None and p99 < TARGET_P99_POD_MS,
+        ),
+    ]
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, default=20)
-    parser.add_argument("--burst", type=int, default=200)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--burst", type=int, default=1000, help="Sessions on the stand-in (0: skip)"
+    )
+    parser.add_argument(
+        "--local-node", type=int, default=50, help="Sessions on real local pods (0: skip)"
+    )
+    parser.add_argument("--turn-seconds", type=float, default=0.5, help="a stand-in turn's length")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
-    plane = controlplane.start(Path(tempfile.mkdtemp(prefix="cp-", dir=WORK)))
+    state = Path(tempfile.mkdtemp(prefix="cp-", dir=WORK))
+    audit = AuditCounter(state / "audit.log")
+    plane = controlplane.start(state, audit_log=audit.path)
     model = None
+    missed = False
     try:
         controlplane.install_crds(plane)
+        make_repo()
         script = WORK / "script.yaml"
         script.write_text(yaml.safe_dump({"default": [{"text": "Done."}]}))
         port = controlplane.free_port()
         model = stack.start_scripted_model(port, script)
         model_url = f"http://127.0.0.1:{port}"
-        _wait("the scripted model", lambda: _free(f"{model_url}/_requests"), 60)
+        stack.wait_serving("the scripted model", f"{model_url}/_requests", model)
         api = Api(plane.kubeconfig)
-        results: dict[str, Any] = {}
-        if args.sessions:
-            results["real_path"] = part_one(plane, api, model_url, args.sessions)
-            print(json.dumps(results["real_path"]), flush=True)
         if args.burst:
-            results["burst"] = part_two(plane, api, model_url, args.burst)
-            print(json.dumps(results["burst"]), flush=True)
-        print(json.dumps(results, indent=2))
-        return 0
+            burst = part_standin(plane, api, audit, model_url, args.burst, args.turn_seconds)
+            print(
+                f"== A: {args.burst} Sessions, real operator, STAND-IN SANDBOX (one process "
+                "answers every pod's wire and usage endpoint)"
+            )
+            print(json.dumps(burst, indent=2), flush=True)
+            for text, ok in verdicts(burst):
+                print(f"  {'PASS' if ok else 'MISS'}  {text}")
+                missed = missed or not ok
+        if args.local_node:
+            node = part_local_node(plane, api, audit, model_url, args.local_node)
+            print(f"== B: {args.local_node} Sessions at once, real operator, real local-node pods")
+            print(json.dumps(node, indent=2), flush=True)
+        return 1 if (missed and args.strict) else 0
     finally:
         if model is not None:
             model.terminate()

@@ -27,17 +27,34 @@ git -C "$workspace" -c user.name=corral -c user.email=corral@localhost \
 state_dir="${CORRAL_DEMO_STATE_DIR:-$root/.corral/runs/demo-$(date +%Y%m%d-%H%M%S)}"
 echo "demo: workspace $workspace (a copy of examples/demo/repo)"
 if [[ -z "${ANTHROPIC_API_KEY:-}" ]]; then
-  echo "demo: no ANTHROPIC_API_KEY, so the scripted demo model plays examples/demo/scenario.yaml"
+  echo "demo: no ANTHROPIC_API_KEY, so the scripted demo model plays examples/demo/scenario${SCENARIO:+-$SCENARIO}.yaml"
 fi
 
+# SCENARIO=plan: the same fix under a forced plan whose checked step misses once and is
+# replanned (examples/session-plan.yaml, docs/turns.md).
+session_file="$root/examples/session.yaml"
+scenario_args=()
+case "${SCENARIO:-}" in
+  "") ;;
+  plan)
+    session_file="$root/examples/session-plan.yaml"
+    if [[ -z "${ANTHROPIC_API_KEY:-}" ]]; then
+      scenario_args=(--scenario "$root/examples/demo/scenario-plan.yaml")
+    fi
+    ;;
+  *) echo "demo: unknown SCENARIO=${SCENARIO} (known: plan)" >&2; exit 2 ;;
+esac
+
+base=$(git -C "$workspace" rev-parse HEAD)
 status=0
-"$corral" run -f "$root/examples/session.yaml" --workspace "$workspace" \
-  --state-dir "$state_dir" "$@" || status=$?
+"$corral" run -f "$session_file" --workspace "$workspace" \
+  --state-dir "$state_dir" "${scenario_args[@]}" "$@" || status=$?
 
 echo
-echo "demo: what the agent changed in $workspace:"
-git -C "$workspace" --no-pager diff --stat
-git -C "$workspace" --no-pager diff
+echo "demo: what the agent changed in $workspace (committed at each turn's end, as the agent):"
+git -C "$workspace" --no-pager log --format='  %h %an: %s' "$base..HEAD"
+git -C "$workspace" --no-pager diff --stat "$base"
+git -C "$workspace" --no-pager diff "$base"
 echo "demo: the record of the session is in $state_dir"
 echo "      state.json (phase, turns, usage), ledger.jsonl (one receipt per turn),"
 echo "      transcript.jsonl (every wire event), logs/ (the model, custodian and harness)"

@@ -104,3 +104,37 @@ def verdict_for(
     if newest[2] == "Pass":
         return "Pass"
     return "Fail" if newest[2] == "Fail" else "Error"
+
+
+def verdicts_at(
+    evidences: Iterable[Mapping[str, Any]],
+    revision: str,
+    repo: str,
+    check: str | None = None,
+    namespace: str | None = None,
+) -> dict[str, Verdict]:
+    """For a CI gate, which knows the repository and revision but not each check's definition:
+    the verdict per check name (only `check`, when given) at `revision` of `repo`.
+
+    A check's definition is taken from its most recently created Evidence (the check as it is
+    defined now); only Evidence of that definition counts, by the rule of `verdict_for`. An
+    Evidence whose digest is not that of the command and image it states counts for nothing.
+    """
+    items = list(evidences)
+    newest: dict[str, tuple[str, str]] = {}  # check -> (creationTimestamp, digest)
+    for evidence in items:
+        spec = _section(evidence, "spec")
+        name, digest = spec.get("check"), spec.get("definitionDigest")
+        if not isinstance(name, str) or not isinstance(digest, str):
+            continue
+        if check is not None and name != check:
+            continue
+        if not evidence_counts(evidence, name, revision, repo, digest, namespace):
+            continue
+        created = str(_section(evidence, "metadata").get("creationTimestamp") or "")
+        if name not in newest or created > newest[name][0]:
+            newest[name] = (created, digest)
+    return {
+        name: verdict_for(items, name, revision, repo, digest, namespace)
+        for name, (_, digest) in sorted(newest.items())
+    }

@@ -1,4 +1,4 @@
-"""The `corral.dev/v1alpha1` kinds: Agent, Session, Goal, Evidence, Approval.
+"""The `corral.dev/v1alpha1` kinds: Agent, Session, Goal, Evidence, Approval, Freeze.
 
 These pydantic models are the single source of truth: `make crds` derives the CRD schemas from
 them, `corral run` validates local YAML with them, and the harness reads an Agent spec with them.
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, WithJsonSchema, field_validator
 
 from ._base import (
     AGE,
@@ -22,14 +22,24 @@ from ._base import (
     field_rules,
     with_rules,
 )
+from .hook_spec import AgentHooks
+from .output_schema import MAX_OUTPUT_SCHEMA_BYTES, schema_problem
+from .turnshape import (
+    PLAN_LOOP_MESSAGE,
+    ForcedPlan,
+    LoopKind,
+    PlanStatus,
+    SchedulerSpec,
+    loop_rule,
+)
 
 ThinkingLevel = Literal["low", "medium", "high"]
-LoopKind = Literal["auto", "reactive", "plan", "direct"]
 SessionPhase = Literal[
     "Pending",
     "Running",
     "WaitingForHuman",
     "WaitingForChildren",
+    "WaitingForWake",
     "Succeeded",
     "Failed",
     "Stopped",
@@ -41,6 +51,14 @@ MAX_DEPTH_CAP = 3
 MAX_CHILDREN_PER_TURN_CAP = 5
 MAX_OUTPUT_TOKENS_CAP = 32000
 MAX_TURNS_CAP = 1000
+# The runaway watch's per-turn caps (docs/ledger.md): the defaults, and the most an Agent may set.
+DEFAULT_STEPS_PER_TURN = 200
+MAX_STEPS_PER_TURN_CAP = 5000
+DEFAULT_TOKENS_PER_TURN = 5_000_000
+MAX_TOKENS_PER_TURN_CAP = 100_000_000
+# How much of a turn's final answer a Session's status keeps (status.answer).
+MAX_REPLIES = 100
+ANSWER_LIMIT = 4000
 
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 SHA_RULE = "self.matches('^[0-9a-f]{40}$')"
@@ -118,6 +136,20 @@ class AgentLimits(ApiModel):
         le=MAX_OUTPUT_TOKENS_CAP,
         description="Soft cap on output tokens per model call.",
     )
+    max_steps_per_turn: int = Field(
+        default=DEFAULT_STEPS_PER_TURN,
+        ge=1,
+        le=MAX_STEPS_PER_TURN_CAP,
+        description="The runaway watch: tool calls one turn may start; the next fails the turn "
+        "`runaway` (docs/ledger.md).",
+    )
+    max_tokens_per_turn: int = Field(
+        default=DEFAULT_TOKENS_PER_TURN,
+        ge=1,
+        le=MAX_TOKENS_PER_TURN_CAP,
+        description="The runaway watch: tokens (input + output, every model call) one turn may "
+        "spend before it fails `runaway`.",
+    )
     budget: Budget | None = Field(
         default=None,
         description="The cap for each Session of this Agent; a Session may only lower it.",
@@ -159,6 +191,17 @@ class EgressRule(ApiModel):
     )
 
 
+class WarmPool(ApiModel):
+    """Sandbox pods started ahead of demand for this Agent (docs/warm-pool.md)."""
+
+    size: int = Field(
+        ge=0,
+        le=50,
+        description="Pods kept started and ready for this Agent's Sessions; 0 keeps none. A "
+        "Session adopts one (its identity is bound late) and never shares it.",
+    )
+
+
 class Sandbox(ApiModel):
     image: str | None = Field(
         default=None, description="Sandbox image; the operator's default when unset."
@@ -170,11 +213,18 @@ class Sandbox(ApiModel):
     egress: list[EgressRule] = Field(
         default_factory=list, description="Egress allowlist; empty means no egress."
     )
+    warm_pool: WarmPool | None = Field(
+        default=None, description="Pods kept ready ahead of demand; absent: every pod is cold."
+    )
 
 
 class SecretKeyRef(ApiModel):
     name: str = Field(description="Secret name in the Agent's namespace.", pattern=DNS_LABEL)
     key: str = Field(description="Key within the Secret.", min_length=1)
+
+
+class SecretRef(ApiModel):
+    name: str = Field(description="Secret name in the Agent's namespace.", pattern=DNS_LABEL)
 
 
 class Credentials(ApiModel):
@@ -183,6 +233,10 @@ class Credentials(ApiModel):
     model_secret_ref: SecretKeyRef | None = Field(default=None, description="The model API key.")
     git_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Git credentials for clone and push."
+    )
+    hook_secret_ref: SecretRef | None = Field(
+        default=None,
+        description="Secret whose keys http hooks name in headers[].secretKey (custodian only).",
     )
 
 
@@ -217,6 +271,27 @@ class Landing(ApiModel):
     )
 
 
+class AgentMemory(ApiModel):
+    """Long-term memory that outlives the pod, kept by the custodian (docs/memory.md)."""
+
+    enabled: bool = Field(
+        default=True, description="Recall facts before each model call; offer the memory tools."
+    )
+    scope: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[^\x00-\x1f]+$",
+        description="Which memory this Agent shares (default: the Agent's name). Never "
+        "interpreted; the custodian confines it to the Session's namespace.",
+    )
+    extract_after_turn: bool = Field(
+        default=False,
+        description="After an accepted turn, store the answer's `Remember: <subject>: <fact>` "
+        "lines as facts.",
+    )
+
+
 class AgentSpec(ApiModel):
     """A reusable agent definition; re-read by every submission."""
 
@@ -228,7 +303,12 @@ class AgentSpec(ApiModel):
     thinking_level: ThinkingLevel = Field(default="medium", description="low, medium or high.")
     tools: ToolPolicy = Field(default_factory=ToolPolicy, description="Tool allow/deny policy.")
     loop: LoopKind = Field(
-        default="auto", description="auto (the scheduler picks), reactive, plan or direct."
+        default="auto",
+        description="auto (the scheduler's classifier picks a route each turn), or a fixed "
+        "route: direct, oneTool, checklist, reactive, investigate (docs/turns.md).",
+    )
+    scheduler: SchedulerSpec = Field(
+        default_factory=SchedulerSpec, description="The classifier behind loop: auto."
     )
     limits: AgentLimits = Field(default_factory=AgentLimits, description="Structural limits.")
     budgets: LayerBudgets = Field(
@@ -243,8 +323,23 @@ class AgentSpec(ApiModel):
         default_factory=ChildPolicy, description="Agents a child session may run under."
     )
     landing: Landing = Field(default_factory=Landing, description="The check before landing.")
+    hooks: AgentHooks = Field(
+        default_factory=AgentHooks,
+        description="Hooks per phase: command or http handlers (docs/hooks.md).",
+    )
+    memory: AgentMemory | None = Field(
+        default=None, description="Long-term memory across sessions; absent: none."
+    )
+
+    @field_validator("loop")
+    @classmethod
+    def _loop_is_not_plan(cls, value: str) -> str:
+        if value == "plan":
+            raise ValueError(PLAN_LOOP_MESSAGE)
+        return value
 
     model_config = with_rules(
+        loop_rule(),  # type: ignore[arg-type]
         cel(
             "!has(self.tools) || !has(self.tools.allow) || !has(self.tools.deny)"
             " || self.tools.allow.all(p, !(p in self.tools.deny))",
@@ -256,6 +351,13 @@ class AgentSpec(ApiModel):
             " || self.limits.maxDepth == 3",
             "limits.maxDepth only applies to orchestrators; set orchestrator: true",
             field_path=".limits.maxDepth",
+        ),
+        cel(
+            "!has(self.sandbox) || !has(self.sandbox.warmPool) || self.sandbox.warmPool.size == 0"
+            " || !has(self.credentials) || !has(self.credentials.gitSecretRef)",
+            "sandbox.warmPool cannot be used with credentials.gitSecretRef: a pooled pod checks "
+            "out the repository without git credentials",
+            field_path=".sandbox.warmPool",
         ),
     )
 
@@ -324,6 +426,20 @@ class ObjectRef(ApiModel):
 class SessionOverrides(ApiModel):
     model: str | None = Field(default=None, max_length=128, description="Model for this session.")
     thinking_level: ThinkingLevel | None = Field(default=None, description="low, medium or high.")
+    loop: LoopKind | None = Field(
+        default=None,
+        description="The loop for this session over the Agent's; a child session gets its "
+        "parent's loop and thinking level here (a forced plan is not inherited).",
+    )
+
+    @field_validator("loop")
+    @classmethod
+    def _loop_is_not_plan(cls, value: str | None) -> str | None:
+        if value == "plan":
+            raise ValueError(PLAN_LOOP_MESSAGE)
+        return value
+
+    model_config = with_rules(loop_rule())  # type: ignore[arg-type]
 
 
 class EvaluationCriteria(ApiModel):
@@ -355,7 +471,24 @@ class Wake(ApiModel):
     """A one-shot wake: the session stays open until it fires or the session is stopped."""
 
     after_seconds: int = Field(ge=1, le=31_536_000, description="Seconds after the last turn.")
-    message: str = Field(default="Wake up: continue the task.", description="Message on wake.")
+    message: str = Field(
+        default="Wake up: continue the task.",
+        min_length=1,
+        max_length=262144,
+        description="Admitted as the next turn when the wake fires (docs/wake.md).",
+    )
+
+
+# Free-form JSON in the CRD: the schema body and the answer are the user's, not Corral's. The
+# API server checks that a schema is an object and bounds its top level; the Session model (and
+# so the operator and `corral run`) checks it against the JSON Schema meta-schema and its size.
+OutputSchema = Annotated[
+    dict[str, Any],
+    WithJsonSchema(
+        {"type": "object", "maxProperties": 64, "x-kubernetes-preserve-unknown-fields": True}
+    ),
+]
+StructuredOutput = Annotated[Any, WithJsonSchema({"x-kubernetes-preserve-unknown-fields": True})]
 
 
 class SessionSpec(ApiModel):
@@ -379,6 +512,39 @@ class SessionSpec(ApiModel):
     landing: Landing | None = Field(
         default=None, description="Replaces the Agent's landing check for this session."
     )
+    output_schema: OutputSchema | None = Field(
+        default=None,
+        description="A JSON Schema (an object) the final answer must satisfy; the validated "
+        f"answer lands in status.output (docs/structured-output.md). At most "
+        f"{MAX_OUTPUT_SCHEMA_BYTES} bytes as JSON.",
+    )
+    plan: ForcedPlan | None = Field(
+        default=None,
+        description="A forced plan: a checklist every turn follows, each step with a machine "
+        "check; with gate, a person approves it first (docs/turns.md).",
+    )
+    decide_then_act: bool = Field(
+        default=False,
+        description="The turn must decide its route before acting: without a working classifier"
+        " it stops (classifier_unavailable) instead of falling back to the reactive loop.",
+    )
+    replies: list[Annotated[str, Field(min_length=1, max_length=16384)]] = Field(
+        default_factory=list,
+        max_length=MAX_REPLIES,
+        description="A person's answers to the questions turns asked, in order; append with "
+        "`corral reply SESSION TEXT` (docs/turns.md).",
+        json_schema_extra=field_rules(
+            cel("size(self) >= size(oldSelf)", "replies can only be appended")
+        ),
+    )
+
+    @field_validator("output_schema")
+    @classmethod
+    def _output_schema_is_a_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        problem = None if value is None else schema_problem(value)
+        if problem is not None:
+            raise ValueError(f"outputSchema {problem}")
+        return value
 
     model_config = with_rules(
         cel(
@@ -418,11 +584,61 @@ class SettlementRecord(ApiModel):
     turn: int = Field(default=0, ge=0, description="Turn number.")
 
 
+TurnOutcome = Literal["success", "partial", "abstain", "handed_to_human"]
+
+
+class LastTurn(ApiModel):
+    """The last settled turn's ledger, summarised (the full receipt is the harness's turn
+    record; docs/ledger.md)."""
+
+    turn: int = Field(default=0, ge=0, description="Turn number.")
+    route: str = Field(description="The route the turn took (reactive, direct, ...).")
+    handler: str = Field(description="The handler that actually ran.")
+    requested_loop: str | None = Field(default=None, description="The loop that was requested.")
+    outcome: TurnOutcome = Field(description="success, partial, abstain or handed_to_human.")
+    tools_run: int = Field(default=0, ge=0, description="Tool calls that ran.")
+    tools_blocked: int = Field(default=0, ge=0, description="Tool calls that were blocked.")
+    tokens: int = Field(default=0, ge=0, description="Tokens over every layer.")
+    phase_path: list[str] = Field(
+        default_factory=list, max_length=64, description="The phases the turn passed."
+    )
+    error_type: str | None = Field(default=None, description="Why it failed (e.g. runaway).")
+
+
 class ChildrenSummary(ApiModel):
     total: int = Field(default=0, ge=0)
     running: int = Field(default=0, ge=0)
     succeeded: int = Field(default=0, ge=0)
     failed: int = Field(default=0, ge=0)
+
+
+DeliveryState = Literal["Delivered", "NothingToDeliver", "Failed"]
+WaitMode = Literal["all", "first", "quorum", "supervise"]
+
+
+class Delivery(ApiModel):
+    """What the custodian pushed of the session's work (docs/delivery.md)."""
+
+    branch: str | None = Field(default=None, description="The session's own branch.")
+    revision: str | None = Field(
+        default=None,
+        description="The last revision pushed to the branch (full SHA); kept when a later "
+        "delivery failed or had nothing new.",
+        json_schema_extra=field_rules(cel(SHA_RULE, SHA_MESSAGE)),
+    )
+    pushed_at: str | None = Field(default=None, description="When that revision was pushed.")
+    state: DeliveryState = Field(description="How the last turn's delivery went.")
+    message: str | None = Field(default=None, description="What happened, in a line.")
+
+
+class WaitingFor(ApiModel):
+    """The children a parent waits for, and how (docs/children.md)."""
+
+    mode: WaitMode = Field(default="all", description="all, first, quorum or supervise.")
+    quorum: int | None = Field(default=None, ge=1, description="For quorum: how many.")
+    children: list[str] = Field(
+        default_factory=list, description="The children waited for; empty: every child."
+    )
 
 
 class SessionStatus(ApiModel):
@@ -431,10 +647,59 @@ class SessionStatus(ApiModel):
     turns: int = Field(default=0, ge=0, description="Turns settled so far.")
     ledger: AdmissionLedger | None = Field(default=None, description="Admission in flight.")
     last_settlement: SettlementRecord | None = Field(default=None, description="Last settlement.")
+    last_turn: LastTurn | None = Field(
+        default=None, description="The last settled turn's ledger: route, outcome, tools."
+    )
+    question: str | None = Field(
+        default=None,
+        max_length=ANSWER_LIMIT,
+        description="While WaitingForHuman on a question: what the turn asked; answer with "
+        "`corral reply` (spec.replies).",
+    )
+    replies_read: int = Field(
+        default=0, ge=0, description="How many of spec.replies turns have started from."
+    )
+    plan: PlanStatus | None = Field(
+        default=None, description="The plan and each step's verdict (docs/turns.md)."
+    )
     usage: Usage = Field(default_factory=Usage, description="Usage summed over all turns.")
     children: ChildrenSummary = Field(default_factory=ChildrenSummary, description="Children.")
+    delivery: Delivery | None = Field(
+        default=None, description="The session's work as pushed to its branch."
+    )
+    waiting_for: WaitingFor | None = Field(
+        default=None, description="While WaitingForChildren: which children, by which mode."
+    )
+    reported_children: list[str] = Field(
+        default_factory=list,
+        description="Children whose end was already reported into the conversation.",
+    )
     evaluation_turns: int = Field(default=0, ge=0, description="Turns the guard has judged.")
+    output: StructuredOutput = Field(
+        default=None,
+        description="The last accepted answer, validated against spec.outputSchema (JSON).",
+    )
+    freeze_interruptions: int = Field(
+        default=0,
+        ge=0,
+        description="Turns a freeze interrupted; each continues under the same turn number, so"
+        " none counts against a turn limit or the evaluation budget.",
+    )
     message: str | None = Field(default=None, description="Why the session is in this phase.")
+    answer: str | None = Field(
+        default=None,
+        max_length=ANSWER_LIMIT,
+        description="The last settled turn's final answer (its end, at most "
+        f"{ANSWER_LIMIT} characters); a Goal's next wave reads it (docs/goals.md).",
+    )
+    wake_at: str | None = Field(
+        default=None,
+        description="When the one-shot wake fires (RFC 3339); set while WaitingForWake and "
+        "kept after it fired (docs/wake.md).",
+    )
+    woken_at: str | None = Field(
+        default=None, description="When the one-shot wake fired; it fires once per Session."
+    )
     started_at: str | None = Field(default=None, description="When the first turn was admitted.")
     finished_at: str | None = Field(default=None, description="When the session ended.")
     conditions: list[Condition] = _conditions()
@@ -459,8 +724,12 @@ class Session(Resource):
             PrinterColumn("Agent", ".spec.agentRef"),
             PrinterColumn("Phase", ".status.phase"),
             PrinterColumn("Turns", ".status.turns", "integer"),
+            PrinterColumn("Outcome", ".status.lastTurn.outcome"),
             PrinterColumn("Pod", ".status.podName", priority=1),
             PrinterColumn("Cost", ".status.usage.cost", "number", priority=1),
+            PrinterColumn("Revision", ".status.delivery.revision", priority=1),
+            PrinterColumn("Frozen", '.status.conditions[?(@.type=="Frozen")].status'),
+            PrinterColumn("Wakes", ".status.wakeAt"),
             AGE,
         ),
     )
@@ -470,9 +739,13 @@ class Session(Resource):
 
 
 class SuccessCheck(ApiModel):
-    name: str = Field(min_length=1, max_length=63, description="Check name for Evidence.")
-    command: str = Field(min_length=1, description="Evidence command; exit 0 means success.")
-    image: str | None = Field(default=None, description="Image to run it in.")
+    name: str = Field(
+        min_length=1, max_length=63, pattern=DNS_LABEL, description="Check name for Evidence."
+    )
+    command: str = Field(
+        min_length=1, max_length=65536, description="Evidence command; exit 0 means success."
+    )
+    image: str | None = Field(default=None, max_length=1024, description="Image to run it in.")
 
 
 class SessionTemplate(ApiModel):
@@ -486,10 +759,35 @@ class GoalSpec(ApiModel):
     max_waves: int = Field(default=3, ge=1, le=50, description="Waves before the goal fails.")
 
 
+WaveVerdict = Literal["Pending", "Pass", "Fail", "Error", "NoRevision"]
+
+
+class GoalWave(ApiModel):
+    """One wave of a Goal: its Session, the revision it pushed, and the check's verdict there."""
+
+    wave: int = Field(ge=1, description="Wave number, from 1.")
+    session: str = Field(description="The wave's Session.")
+    phase: str | None = Field(default=None, description="The Session's phase when last seen.")
+    revision: str | None = Field(default=None, description="The revision the wave pushed.")
+    evidence: str | None = Field(default=None, description="The Evidence of the success check.")
+    verdict: WaveVerdict = Field(
+        default="Pending",
+        description="Pass, Fail or Error (the Evidence's), NoRevision (nothing was pushed to"
+        " check), or Pending.",
+    )
+    message: str | None = Field(default=None, description="What the wave came to, in a line.")
+
+
 class GoalStatus(ApiModel):
     waves: int = Field(default=0, ge=0, description="Waves run.")
     sessions: list[str] = Field(default_factory=list, description="Sessions started.")
     verdict: Literal["Pending", "Met", "Failed"] = Field(default="Pending", description="Verdict.")
+    history: list[GoalWave] = Field(
+        default_factory=list, description="Every wave so far, oldest first (docs/goals.md)."
+    )
+    session: str | None = Field(default=None, description="The current (or last) wave's Session.")
+    revision: str | None = Field(default=None, description="The last revision checked.")
+    message: str | None = Field(default=None, description="Why the Goal is where it is.")
     conditions: list[Condition] = _conditions()
     observed_generation: int | None = Field(default=None, description="Last generation seen.")
 
@@ -508,7 +806,10 @@ class Goal(Resource):
         description="A durable outcome pursued over waves of sessions.",
         columns=(
             PrinterColumn("Waves", ".status.waves", "integer"),
+            PrinterColumn("Max", ".spec.maxWaves", "integer"),
             PrinterColumn("Verdict", ".status.verdict"),
+            PrinterColumn("Session", ".status.session"),
+            PrinterColumn("Revision", ".status.revision", priority=1),
             AGE,
         ),
     )
@@ -654,5 +955,88 @@ class Approval(Resource):
     )
 
 
-KINDS: tuple[type[Resource], ...] = (Agent, Session, Goal, Evidence, Approval)
+# -------------------------------------------------------------------------------------- Freeze
+
+
+class FreezeScope(ApiModel):
+    """What a Freeze holds, in its own namespace: exactly one scope. A freeze flows down the
+    session tree: the Sessions below a held Session are held too."""
+
+    session: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="This Session and every Session below it (its tree).",
+    )
+    agent: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=253,
+        pattern=DNS_LABEL,
+        description="Every Session of this Agent, and the Sessions below them.",
+    )
+    namespace: bool | None = Field(
+        default=None, description="true: every Session in the Freeze's namespace."
+    )
+
+    model_config = with_rules(
+        cel(
+            "[has(self.session), has(self.agent), has(self.namespace) && self.namespace]"
+            ".exists_one(x, x)",
+            "set exactly one scope: session, agent, or namespace: true",
+        )
+    )
+
+
+class FreezeSpec(ApiModel):
+    """A person's switch that holds work: while it is in force the operator aborts the turns
+    in flight (cause `freeze`) and admits nothing, and the custodian refuses model calls,
+    pushes and spawns. Deleting the Freeze, or `frozen: false`, lifts it."""
+
+    scope: FreezeScope = Field(
+        description="The one scope it holds; immutable (make another Freeze for another)."
+    )
+    frozen: bool = Field(default=True, description="false lifts the freeze without deleting it.")
+    reason: str = Field(
+        default="", max_length=1024, description="Why; shown on every Session it holds."
+    )
+
+    model_config = with_rules(
+        cel("self.scope == oldSelf.scope", "scope is immutable", field_path=".scope")
+    )
+
+
+class FreezeStatus(ApiModel):
+    conditions: list[Condition] = _conditions()
+    observed_generation: int | None = Field(default=None, description="Last generation seen.")
+
+
+class Freeze(Resource):
+    """A person's switch that freezes a session tree, an Agent's sessions or a namespace."""
+
+    api_version: Literal["corral.dev/v1alpha1"] = "corral.dev/v1alpha1"
+    kind: Literal["Freeze"] = "Freeze"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: FreezeSpec
+    status: FreezeStatus | None = None
+
+    info = KindInfo(
+        kind="Freeze",
+        plural="freezes",
+        short_names=("frz",),
+        description="Holds a session tree, an Agent's sessions or a namespace: turns in flight"
+        " are aborted, nothing new is admitted, model calls, pushes and spawns are refused.",
+        columns=(
+            PrinterColumn("Session", ".spec.scope.session"),
+            PrinterColumn("Agent", ".spec.scope.agent"),
+            PrinterColumn("Namespace", ".spec.scope.namespace", "boolean"),
+            PrinterColumn("Frozen", ".spec.frozen", "boolean"),
+            PrinterColumn("Reason", ".spec.reason", priority=1),
+            AGE,
+        ),
+    )
+
+
+KINDS: tuple[type[Resource], ...] = (Agent, Session, Goal, Evidence, Approval, Freeze)
 KIND_BY_NAME: dict[str, type[Resource]] = {k.info.kind: k for k in KINDS}

@@ -6,6 +6,8 @@ Endpoints, relative to `http://<podIP>:8080`:
     GET  /agents/{agent}/{conversation}/updates?offset=N&wait=S        -> UpdatesResponse
     GET  /agents/{agent}/{conversation}/history                        -> UpdatesResponse
     POST /agents/{agent}/{conversation}/abort           AbortRequest  -> AbortResponse
+    POST /agents/{agent}/{conversation}/end             EndRequest    -> EndResponse
+    POST /agents/{agent}/{conversation}/steer           SteerRequest  -> SteerResponse
     GET  /readyz                                                       -> 200 once serving
 
 Errors are 4xx/5xx with an `ErrorBody`.
@@ -14,15 +16,32 @@ The custodian's operator port (`http://<podIP>:8082`, opened by the NetworkPolic
 operator only, and answering only the wire token) serves the custodian's own record:
 
     GET  /v1/usage                                                     -> CustodianUsage
+    GET  /v1/delivery                                                  -> CustodianDelivery
+
+The harness asks its custodian (pod-local credential) to deliver the commit it made in the
+tools container at the end of a turn (docs/delivery.md):
+
+    POST /agents/{conversation}/deliver  (custodian)    DeliverRequest -> DeliveryRecord
+
+A warm-pool pod (docs/warm-pool.md) answers nothing but `/readyz` and its adopt endpoint until
+the operator adopts it, once, with the pod's one-time key as `Authorization: Bearer <key>`:
+
+    POST /v1/adopt  (custodian, operator port)          CustodianAdoptRequest -> AdoptResponse
+    POST /adopt     (harness, wire port)                HarnessAdoptRequest   -> AdoptResponse
+
+Refusals: 401 `unauthorized` (no or wrong key), 409 `already_adopted`, 423 `not_adopted` (any
+other path before adoption), 400 `bad_request`, 500 `checkout_failed`.
 """
 
 from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .kinds import AgentSpec, SettlementStatus, ThinkingLevel
+from .output_schema import schema_problem
+from .turnshape import ForcedPlan, PlanStatus
 
 
 class WireModel(BaseModel):
@@ -43,6 +62,44 @@ class AdmitRequest(WireModel):
         pattern=r"^[A-Za-z0-9._:-]+$",
         description="Repeating an admission with the same key returns the same submission.",
     )
+    runId: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9._:-]+$",
+        description="The run id the caller's traces and logs carry (docs/tracing.md); the "
+        "harness's spans and its custodian calls carry it too. Default: the submission id.",
+    )
+    plan: ForcedPlan | None = Field(
+        default=None,
+        description="A forced plan (the Session's spec.plan): the turn runs the checklist, one "
+        "checked step at a time (docs/turns.md).",
+    )
+    decideThenAct: bool | None = Field(
+        default=None,
+        description="No reactive fallback: without a working classifier the turn fails "
+        "`classifier_unavailable`.",
+    )
+    replies: list[str] | None = Field(
+        default=None,
+        max_length=100,
+        description="A person's answers to the question the last turn asked (Session "
+        "spec.replies not read yet); the turn starts from them.",
+    )
+    outputSchema: dict[str, Any] | None = Field(
+        default=None,
+        description="JSON Schema the final answer must satisfy (docs/structured-output.md); an "
+        "invalid answer goes back to the model at most twice, then the turn fails "
+        "`output_invalid`. The validated answer is the settled event's `output`.",
+    )
+
+    @field_validator("outputSchema")
+    @classmethod
+    def _output_schema_is_a_schema(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        problem = None if value is None else schema_problem(value)
+        if problem is not None:
+            raise ValueError(f"outputSchema {problem}")
+        return value
 
 
 class AdmitResponse(WireModel):
@@ -59,6 +116,21 @@ class AbortRequest(BaseModel):
 
 class AbortResponse(WireModel):
     aborted: bool
+
+
+class EndRequest(WireModel):
+    """The session is over: the harness runs the Agent's sessionEnd hooks (docs/hooks.md)."""
+
+    agent: AgentSpec | None = Field(
+        default=None, description="The Agent spec as re-read now; the last admission's if absent."
+    )
+    phase: str | None = Field(default=None, max_length=64, description="The Session's phase.")
+
+
+class EndResponse(WireModel):
+    ended: bool = Field(description="False for an unknown or already ended conversation.")
+    denied: bool = Field(default=False, description="A sessionEnd hook denied (reported only).")
+    reason: str | None = None
 
 
 class WireUsage(WireModel):
@@ -92,6 +164,75 @@ class Event(BaseModel):
     submissionId: str
 
 
+TurnOutcome = Literal["success", "partial", "abstain", "handed_to_human"]
+TokenLayer = Literal["classifier", "planner", "reactive", "executor"]
+
+
+class TokensByLayer(WireModel):
+    """Tokens (input + output) each layer of the turn spent."""
+
+    classifier: int = Field(default=0, ge=0)
+    planner: int = Field(default=0, ge=0)
+    reactive: int = Field(default=0, ge=0)
+    executor: int = Field(default=0, ge=0)
+
+
+class TurnReceipt(WireModel):
+    """The turn's ledger as the `settled` event's `receipt` (and the per-turn record on the
+    state volume, the last 20 kept). docs/ledger.md."""
+
+    requestedLoop: str = Field(description="The loop the Agent (or caller) asked for.")
+    handler: str = Field(description="The handler that actually ran the turn.")
+    route: str = Field(description="The route chosen (reactive, direct, oneTool, ...).")
+    toolsRun: list[str] = Field(description="Tool calls that ran, in order, by name.")
+    toolsBlocked: list[str] = Field(description="Tool calls that were blocked, by name.")
+    tokensByLayer: TokensByLayer
+    outcome: TurnOutcome
+    phasePath: list[str] = Field(description="The phases the turn passed, in order.")
+    model: str
+    thinkingLevel: ThinkingLevel = Field(description="The level at the end (a steer may move it).")
+    steps: int = Field(ge=0, description="Tool calls started (what the runaway watch counts).")
+    contextTokens: dict[str, int] = Field(
+        default_factory=dict, description="The last context assembly's tokens per layer."
+    )
+
+
+TURN_RECEIPT_KEYS = frozenset(TurnReceipt.model_fields)
+
+
+class TurnStartedEvent(WireModel):
+    """`turn_started`: a turn began (the ledger's start); `runId` correlates its traces."""
+
+    offset: int
+    type: Literal["turn_started"] = "turn_started"
+    submissionId: str
+    runId: str
+    requestedLoop: str
+    thinkingLevel: ThinkingLevel
+
+
+class SteerRequest(WireModel):
+    """`POST /agents/{agent}/{conversation}/steer`: a later message in the turn in flight,
+    given to the model before its next request; `thinkingLevel` changes the level from that
+    request on (and for later turns of the conversation that name none). 409 `no_turn` when
+    nothing runs (or `submissionId` names another submission)."""
+
+    message: str | None = Field(default=None, min_length=1, max_length=262144)
+    thinkingLevel: ThinkingLevel | None = None
+    submissionId: str | None = Field(default=None, min_length=1, max_length=200)
+
+    @model_validator(mode="after")
+    def _says_something(self) -> SteerRequest:
+        if self.message is None and self.thinkingLevel is None:
+            raise ValueError("a steer carries a message, a thinkingLevel, or both")
+        return self
+
+
+class SteerResponse(WireModel):
+    steered: bool
+    submissionId: str
+
+
 class SettledEvent(WireModel):
     offset: int
     type: Literal["settled"] = "settled"
@@ -100,6 +241,22 @@ class SettledEvent(WireModel):
     error: WireError | None = None
     usage: WireUsage | None = None
     text: str = Field(default="", description="The run's final assistant text.")
+    receipt: TurnReceipt | None = Field(
+        default=None, description="The turn's ledger; absent when the turn never started."
+    )
+    question: str | None = Field(
+        default=None,
+        description="The turn asked a person this and stopped; the next turn starts from the "
+        "reply (docs/turns.md).",
+    )
+    plan: PlanStatus | None = Field(
+        default=None, description="The plan and each step's verdict, when the turn had one."
+    )
+    output: Any = Field(
+        default=None,
+        description="The final answer parsed and validated against the admission's outputSchema; "
+        "absent without one.",
+    )
 
 
 class UpdatesResponse(WireModel):
@@ -132,3 +289,94 @@ class CustodianUsage(WireModel):
     budget: CustodianBudget = Field(default_factory=CustodianBudget)
     exceeded: bool = False
     reason: str | None = None
+
+
+# ------------------------------------------------------------------------------ delivery
+
+FULL_SHA = r"^[0-9a-f]{40}$"
+DeliveryState = Literal["Delivered", "NothingToDeliver", "Failed"]
+
+
+class DeliverRequest(WireModel):
+    """The harness: the commit it left for this turn (None: it made none, deliver HEAD as it
+    stands), and the submission it belongs to."""
+
+    revision: str | None = Field(default=None, pattern=FULL_SHA)
+    submissionId: str = Field(default="", max_length=200)
+
+
+class DeliveryRecord(WireModel):
+    """The custodian's record of its last delivery. `revision` and `pushedAt` name the last
+    revision actually pushed to `branch` (kept across a later NothingToDeliver or Failed);
+    `attempted` the revision the last delivery tried."""
+
+    state: DeliveryState
+    branch: str
+    revision: str | None = Field(default=None, pattern=FULL_SHA)
+    pushedAt: str | None = None
+    attempted: str | None = Field(default=None, pattern=FULL_SHA)
+    message: str = ""
+    submissionId: str = ""
+    deliveries: int = Field(default=0, ge=0, description="Deliveries attempted so far.")
+    noRemote: bool = Field(
+        default=False,
+        description="The Session's repo is not a remote the custodian pushes to (a local path, "
+        "file://): nothing can be delivered, by design, and the session's outcome stands.",
+    )
+
+
+class CustodianDelivery(WireModel):
+    """`GET :8082/v1/delivery`: the last delivery, or None before the first one."""
+
+    delivery: DeliveryRecord | None = None
+
+
+# ------------------------------------------------------------------------------ warm pool
+
+ADOPT_SECRET_MIN_CHARS = 32
+
+
+class AdoptedSession(WireModel):
+    """The Session a pooled pod now serves."""
+
+    name: str = Field(min_length=1, max_length=253)
+    namespace: str = Field(min_length=1, max_length=63)
+    uid: str = Field(min_length=1, max_length=128)
+
+
+class CheckoutRequest(WireModel):
+    """What to clone into the workspace, as the checkout init container of a cold pod would."""
+
+    repo: str = Field(min_length=1, max_length=4096)
+    ref: str = Field(min_length=1, max_length=255)
+    branch: str = Field(min_length=1, max_length=255, description="The branch it is made on.")
+
+
+class HarnessAdoptRequest(WireModel):
+    """Binds a pooled harness to its Session: the wire token it answers from now on, the
+    credential it presents to the custodian, and the workspace it checks out."""
+
+    wireToken: str = Field(min_length=ADOPT_SECRET_MIN_CHARS, max_length=512)
+    custodianCredential: str = Field(min_length=ADOPT_SECRET_MIN_CHARS, max_length=512)
+    grantedRoot: str = Field(default="/workspace", min_length=1, max_length=4096)
+    readOnly: bool = False
+    checkout: CheckoutRequest
+
+
+class CustodianAdoptRequest(WireModel):
+    """Binds a pooled custodian to its Session: who it serves, what it enforces."""
+
+    wireToken: str = Field(min_length=ADOPT_SECRET_MIN_CHARS, max_length=512)
+    custodianCredential: str = Field(min_length=ADOPT_SECRET_MIN_CHARS, max_length=512)
+    session: AdoptedSession
+    agentName: str = Field(min_length=1, max_length=63)
+    agent: AgentSpec
+    budget: CustodianBudget = Field(default_factory=CustodianBudget)
+    branch: str = Field(min_length=1, max_length=255, description="The only branch push targets.")
+    gitRemoteUrl: str = Field(min_length=1, max_length=4096)
+    readOnly: bool = False
+
+
+class AdoptResponse(WireModel):
+    adopted: bool
+    seconds: float = Field(ge=0, description="Time the adoption took inside the pod.")

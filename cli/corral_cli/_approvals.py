@@ -1,22 +1,24 @@
 """Deciding the harness's approvals during a local run.
 
-On a workstation the harness asks a human through files: `<harness state>/approvals/<id>.json`,
-decided by writing `"decision": "approved"` or `"denied"` into it (in a pod, Approval resources
-do this job). Without an answer the turn waits for ever, so `corral run` answers each request by
-its `--approvals` mode: `ask` (a prompt on the terminal), `approve`, `deny`, or `manual` (print
-the file's path and let someone else decide).
+Under `corral run` the custodian has no cluster, so its approval gate keeps each request in the
+one local file store (`corral_common.approval_files`): `<state>/custodian/approvals/<id>.json`
+(in a pod, Approval resources do this job). Without an answer the turn waits for ever, so
+`corral run` answers each request by its `--approvals` mode: `ask` (a prompt on the terminal),
+`approve`, `deny`, or `manual` (print the file's path and let someone else decide, e.g. with
+`ApprovalFiles.decide`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
 import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
+
+from corral_common.approval_files import ApprovalFiles, ApprovalNotFound
 
 Mode = Literal["ask", "approve", "deny", "manual"]
 MODES: tuple[Mode, ...] = ("ask", "approve", "deny", "manual")
@@ -27,16 +29,6 @@ def default_mode(json_lines: bool) -> Mode:
     """Ask when a person is at the terminal; otherwise refuse (the safe answer)."""
     interactive = sys.stdin.isatty() and sys.stdout.isatty() and not json_lines
     return "ask" if interactive else "deny"
-
-
-def decide(path: Path, verdict: Verdict, by: str) -> None:
-    """Write the decision into the approval file, atomically (the harness polls it)."""
-    record = json.loads(path.read_text())
-    record["decision"] = verdict
-    record["decidedBy"] = by
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(record, indent=2))
-    os.replace(tmp, path)
 
 
 def describe_request(record: dict[str, Any]) -> str:
@@ -58,7 +50,7 @@ class ApprovalDesk:
     def __init__(
         self, directory: Path, mode: Mode, note: Callable[[str], None], prompt: Prompt = input
     ) -> None:
-        self.directory = directory
+        self.files = ApprovalFiles(directory)
         self.mode = mode
         self._note = note
         self._prompt = prompt
@@ -68,18 +60,18 @@ class ApprovalDesk:
         if event.get("type") != "approval_requested" or event.get("source") == "driver":
             return
         approval_id = str(event.get("approvalId", ""))
-        path = self.directory / f"{approval_id}.json"
         try:
-            record = json.loads(path.read_text())
-        except (OSError, ValueError):
-            self._note(f"approval {approval_id}: its file {path} cannot be read; decide it there")
+            path = self.files.path(approval_id)
+            record = self.files.read(approval_id)
+        except (ApprovalNotFound, OSError, ValueError):
+            self._note(f"approval {approval_id}: no such request in {self.files.directory}")
             return
         if record.get("decision"):
             return  # decided already (a re-attached run reads old events again)
         what = describe_request(record)
         if self.mode in ("approve", "deny"):
             verdict: Verdict = "approved" if self.mode == "approve" else "denied"
-            decide(path, verdict, f"corral run --approvals {self.mode}")
+            self.files.decide(approval_id, verdict, by=f"corral run --approvals {self.mode}")
             self._note(f"approval {approval_id} {verdict} (--approvals {self.mode}): {what}")
         elif self.mode == "manual":
             self._note(
@@ -87,9 +79,9 @@ class ApprovalDesk:
                 f'"denied" into {path}'
             )
         else:
-            self._ask(path, approval_id, what)
+            self._ask(approval_id, what)
 
-    def _ask(self, path: Path, approval_id: str, what: str) -> None:
+    def _ask(self, approval_id: str, what: str) -> None:
         # The prompt reads stdin in a daemon thread: the wire keeps being read meanwhile, and an
         # aborted turn does not leave the process waiting for an Enter that never comes.
         loop = asyncio.get_running_loop()
@@ -111,8 +103,8 @@ class ApprovalDesk:
                 "approved" if done.result().strip().lower() in ("y", "yes") else "denied"
             )
             try:
-                decide(path, verdict, "a person at the terminal of corral run")
-            except (OSError, ValueError) as exc:
+                self.files.decide(approval_id, verdict, by="a person at the terminal of corral run")
+            except (OSError, ValueError, KeyError) as exc:
                 self._note(f"approval {approval_id}: cannot record the decision: {exc}")
                 return
             self._note(f"approval {approval_id} {verdict}")

@@ -65,6 +65,7 @@ def _outcome(decision: dict[str, Any]) -> str:
         return "partial"
     return {
         "Succeeded": "success",
+        "WaitingForWake": "success",  # the turn was accepted; the session waits for its wake
         "WaitingForHuman": "handed_to_human",
         "WaitingForChildren": "waiting_for_children",
         "Stopped": "stopped",

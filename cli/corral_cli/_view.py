@@ -146,6 +146,63 @@ def describe(event: dict[str, Any]) -> tuple[str, str] | None:
             "magenta",
             f"? approval requested for {event.get('name')} ({event.get('approvalId')})",
         )
+    if kind == "settled" and isinstance(event.get("receipt"), dict):
+        return ledger_line(event["receipt"], event.get("error"))
+    if kind == "steered":
+        said = f": {_one_line(str(event['message']), _RESULT_CHARS)}" if "message" in event else ""
+        return "magenta", f"↪ steered (thinking {event.get('thinkingLevel')}){said}"
+    return describe_shape(event)
+
+
+def ledger_line(receipt: dict[str, Any], error: Any = None) -> tuple[str, str]:
+    """The turn's ledger in two lines (docs/ledger.md): route, outcome, tools, tokens, phases."""
+    tokens = receipt.get("tokensByLayer") or {}
+    spent = ", ".join(f"{layer} {n}" for layer, n in tokens.items() if n)
+    line = (
+        f"ledger: {receipt.get('outcome')} via {receipt.get('route')}"
+        f" (asked {receipt.get('requestedLoop')}, ran {receipt.get('handler')});"
+        f" {len(receipt.get('toolsRun') or [])} tools run,"
+        f" {len(receipt.get('toolsBlocked') or [])} blocked; tokens {spent or 0}"
+        f"\n  phases: {' → '.join(receipt.get('phasePath') or [])}"
+    )
+    if isinstance(error, dict) and error.get("type") == "runaway":
+        line += f"\n  runaway: {error.get('message')}"
+    style = "cyan" if receipt.get("outcome") == "success" else "yellow"
+    return style, line
+
+
+_VERDICT_MARKS = {"Held": "✔", "Missed": "↻", "Struck": "✖", "Pending": "·"}
+
+
+def plan_lines(plan: dict[str, Any]) -> str:
+    """A plan and each step's verdict, one line a step (docs/turns.md)."""
+    lines = [f"plan ({plan.get('state')}):"]
+    for number, step in enumerate(plan.get("steps") or [], 1):
+        mark = _VERDICT_MARKS.get(str(step.get("verdict")), "?")
+        line = f"  {mark} {number}. {step.get('action')} [{step.get('verdict')}]"
+        if step.get("detail"):
+            line += f": {_one_line(str(step['detail']), _RESULT_CHARS)}"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def describe_shape(event: dict[str, Any]) -> tuple[str, str] | None:
+    """The turn's shape: its route, a question for a person, an off-path step, the plan."""
+    kind = event.get("type")
+    if kind == "route":
+        why = f" ({event['reason']})" if event.get("reason") else ""
+        return "cyan", f"route: {event.get('route')} via {event.get('handler')}{why}"
+    if kind == "question":
+        return "bold magenta", f"? the turn asks: {event.get('question')}"
+    if kind == "step_rejected":
+        return "red", f"✖ off the path: {event.get('reason')}"
+    if kind == "step_verdict":
+        mark = "held" if event.get("held") else "missed"
+        return ("green" if event.get("held") else "red"), (
+            f"check of step {event.get('step')}: {mark}: {event.get('detail')}"
+        )
+    if kind == "plan":
+        return "cyan", plan_lines(event.get("plan") or {})
     return None
 
 

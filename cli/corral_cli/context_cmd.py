@@ -69,11 +69,10 @@ def parse_budgets(items: list[str]) -> dict[str, int]:
 
 def _window_lookup(model: str) -> int | None:
     try:
-        from corral_common.catalog import MODELS
+        from corral_common.catalog import window_of
     except ImportError:  # the catalog is optional here; assembly falls back to its default
         return None
-    info = MODELS.get(model)
-    return info.context_window if info is not None else None
+    return window_of(model)
 
 
 def build_report(

@@ -18,12 +18,21 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from corral_api import Agent, Session
 from corral_api.kinds import SessionOverrides
-from corral_operator.driver import DriverOutcome, SessionDriver, WireFault
+from corral_operator.driver import (
+    WAITING_FOR_WAKE,
+    DriverOutcome,
+    SessionDriver,
+    WireFault,
+    seconds_until_wake,
+)
 from corral_operator.wireclient import WireClient
 
 from . import _processes as proc
@@ -85,6 +94,13 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         type=Path,
         help="where state, ledger and transcript go; default .corral/runs/<name>-<time>",
     )
+    p.add_argument(
+        "--output-schema",
+        metavar="FILE",
+        type=Path,
+        help="JSON Schema (JSON or YAML) the final answer must satisfy; replaces the Session's "
+        "spec.outputSchema, and the validated object is printed at the end",
+    )
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument(
         "--approvals",
@@ -126,6 +142,15 @@ def _scenario(args: argparse.Namespace) -> Path:
         "no ANTHROPIC_API_KEY is set and no scenario for the scripted model was found; "
         "pass --scenario FILE or set ANTHROPIC_API_KEY"
     )
+
+
+MEMORY_ENV = "CORRAL_MEMORY_SQLITE"
+
+
+def memory_file() -> Path:
+    """The memory store of `corral run` (docs/memory.md): $CORRAL_MEMORY_SQLITE, else
+    .corral/memory.db beside the runs, so a later run's Agent recalls what an earlier wrote."""
+    return Path(os.environ.get(MEMORY_ENV) or Path(".corral") / "memory.db").resolve()
 
 
 def _secret_file(path: Path, value: str) -> Path:
@@ -170,8 +195,12 @@ class LocalRun:
             route.upstream = await self._start_scripted_model()
         else:
             self.view.note(f"model: {self.agent.spec.model} at {route.upstream}")
-        custodian = await self._start_custodian(workspace, route)
-        return await self._start_harness(workspace, custodian)
+        # Started together, as a pod's containers are: the custodian's start-up is then not
+        # added to the time to the first model request; a turn is admitted once both answer.
+        custodian = self._start_custodian(workspace, route)
+        harness = self._start_harness(workspace, custodian.url)
+        await asyncio.gather(self.parts.wait_ready(custodian), self.parts.wait_ready(harness))
+        return harness.url
 
     async def _start_scripted_model(self) -> str:
         scenario = _scenario(self.args)
@@ -182,7 +211,7 @@ class LocalRun:
         self.view.note(f"model: the scripted demo model playing {scenario}")
         return model.url
 
-    async def _start_custodian(self, workspace: Path, route: ModelRoute) -> str:
+    def _start_custodian(self, workspace: Path, route: ModelRoute) -> proc.Part:
         """The custodian holds the model key; nothing else in the run is given it."""
         spec = self.session.spec
         port = proc.free_port()
@@ -194,7 +223,10 @@ class LocalRun:
             "CORRAL_SESSION_UID": str(self.session.metadata.get("uid") or uuid.uuid4()),
             "CORRAL_STATE_DIR": str(self.state_dir / "custodian"),
             "CORRAL_AGENT_SPEC_JSON": json.dumps(self.agent.spec.wire()),
+            "CORRAL_AGENT_NAME": spec.agent_ref,  # the default memory scope
             "CORRAL_WORKSPACE": str(workspace),
+            # Long-term memory outlives the run: one file for every run from this directory.
+            "CORRAL_MEMORY_SQLITE": str(memory_file()),
         }
         if route.key:
             key_file = _secret_file(self.state_dir / "secrets" / "model-key", route.key)
@@ -211,11 +243,9 @@ class LocalRun:
         # path is not a remote the custodian will push to (it refuses file:// and paths).
         if "://" in spec.workspace.repo:
             env["CORRAL_GIT_REMOTE_URL"] = spec.workspace.repo
-        custodian = self.parts.start("custodian", proc.part_argv(proc.CUSTODIAN), env, port)
-        await self.parts.wait_ready(custodian)
-        return custodian.url
+        return self.parts.start("custodian", proc.part_argv(proc.CUSTODIAN), env, port)
 
-    async def _start_harness(self, workspace: Path, custodian_url: str) -> str:
+    def _start_harness(self, workspace: Path, custodian_url: str) -> proc.Part:
         self._token = secrets.token_urlsafe(32)
         token_file = _secret_file(self.state_dir / "secrets" / "wire-token", self._token)
         port = proc.free_port()
@@ -228,9 +258,7 @@ class LocalRun:
             "CORRAL_CUSTODIAN_URL": custodian_url,
             "ANTHROPIC_BASE_URL": custodian_url,
         }
-        harness = self.parts.start("harness", proc.part_argv(proc.HARNESS), env, port)
-        await self.parts.wait_ready(harness)
-        return harness.url
+        return self.parts.start("harness", proc.part_argv(proc.HARNESS), env, port)
 
     async def drive(self, workspace: Path) -> DriverOutcome:
         route = self._route()
@@ -243,7 +271,8 @@ class LocalRun:
         harness_url = await self._start(workspace, route)
         record = RunRecord(self.state_dir)
         desk = ApprovalDesk(
-            self.state_dir / "harness" / "approvals",
+            # The custodian's gate keeps them: it has no cluster here (docs/approvals.md).
+            self.state_dir / "custodian" / "approvals",
             self.args.approvals or default_mode(self.args.json),
             self.view.note,
             self.view.prompt,
@@ -256,13 +285,43 @@ class LocalRun:
 
         client = WireClient(harness_url, spec.agent_ref, token=self._token)
         async with client:
-            self.driver = SessionDriver(
-                client, LocalTurnStore(self.state_dir), self.agent.spec, spec, self.name, on_event
-            )
+            store = LocalTurnStore(self.state_dir)
+            self.driver = SessionDriver(client, store, self.agent.spec, spec, self.name, on_event)
             try:
-                return await self.driver.run()
+                outcome = await self.driver.run()
+                while outcome.phase == WAITING_FOR_WAKE:
+                    # The one-shot wake (docs/wake.md): wait here, then the driver admits it;
+                    # after a Ctrl-C the driver records the session Stopped instead.
+                    due = seconds_until_wake(await store.load(), datetime.now(UTC))
+                    self.view.note(f"waiting {due:.0f}s for the one-shot wake…")
+                    deadline = time.monotonic() + due
+                    while not self.interrupted and time.monotonic() < deadline:
+                        await asyncio.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
+                    outcome = await self.driver.run()
+                while outcome.phase == "WaitingForHuman" and not self.interrupted:
+                    # A turn asked a question (docs/turns.md): the person answers here, as
+                    # `corral reply` does on a cluster, and the next turn starts from it.
+                    reply = await self._reply((await store.load()).question)
+                    if not reply:
+                        break
+                    spec = spec.model_copy(update={"replies": [*spec.replies, reply]})
+                    self.driver = SessionDriver(
+                        client, store, self.agent.spec, spec, self.name, on_event
+                    )
+                    outcome = await self.driver.run()
+                return outcome
             finally:
                 desk.cancel()
+
+    async def _reply(self, question: str | None) -> str:
+        """A person's answer on the terminal; empty when there is no question or no terminal."""
+        if question is None:
+            return ""
+        try:
+            answer = await asyncio.to_thread(self.view.prompt, f"{question}\nreply> ")
+        except EOFError:
+            return ""
+        return answer.strip()
 
     def on_interrupt(self) -> None:
         """The first Ctrl-C: abort the turn through the wire and let the driver record it."""
@@ -302,6 +361,8 @@ def run_command(argv: list[str]) -> int:
         found = load_manifests([*args.agent_files, *args.files])
         search = list(dict.fromkeys(f.resolve().parent for f in args.files))
         session, agent = pick_session(found, search)
+        if args.output_schema is not None:
+            session = with_output_schema(session, args.output_schema)
     except ManifestError as exc:
         print(f"error: {exc}", file=err)
         return EXIT_INVALID
@@ -355,7 +416,36 @@ def run_command(argv: list[str]) -> int:
                     "usage": outcome.usage.wire(),
                     "stateDir": str(run.state_dir),
                     "exitCode": code,
+                    **({"output": outcome.output} if outcome.output is not None else {}),
                 }
             )
         view.note(f"record: {run.state_dir} (state.json, ledger.jsonl, transcript.jsonl)")
+    if outcome is not None and outcome.output is not None and not args.json:
+        # The structured answer last, alone, so a script can take it from stdout.
+        print(json.dumps(outcome.output, indent=2, ensure_ascii=False))
     return code
+
+
+def with_output_schema(session: Session, path: Path) -> Session:
+    """`session` with the JSON Schema in `path` as its spec.outputSchema, checked as the API
+    server and the operator check it."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ManifestError(f"--output-schema {path}: {exc.strerror or exc}") from exc
+    try:
+        schema = json.loads(text)
+    except json.JSONDecodeError:
+        import yaml
+
+        try:
+            schema = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ManifestError(f"--output-schema {path}: neither JSON nor YAML: {exc}") from exc
+    body = session.model_dump(by_alias=True, exclude_none=True, mode="json")
+    body["spec"]["outputSchema"] = schema
+    try:
+        return Session.model_validate(body)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ManifestError(f"--output-schema {path}: {first['msg']}") from exc

@@ -243,8 +243,22 @@ def _wait_ready(
     )
 
 
-def start(state_dir: Path, *, controller_manager: bool = True) -> ControlPlane:
-    """Start etcd, kube-apiserver and (optionally) kube-controller-manager under `state_dir`."""
+# Audit at Metadata level, one line per finished request: who called what (benchmarks count
+# the operator's own requests with it).
+_AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived", "ResponseStarted"]
+rules:
+- level: Metadata
+"""
+
+
+def start(
+    state_dir: Path, *, controller_manager: bool = True, audit_log: Path | None = None
+) -> ControlPlane:
+    """Start etcd, kube-apiserver and (optionally) kube-controller-manager under `state_dir`.
+
+    `audit_log`: where the API server writes its audit log (JSON lines), when given."""
     bin_dir = binaries()
     state_dir.mkdir(parents=True, exist_ok=True)
     pki = state_dir / "pki"
@@ -288,9 +302,23 @@ def start(state_dir: Path, *, controller_manager: bool = True) -> ControlPlane:
         ],
     )
     server = f"https://127.0.0.1:{api_port}"
+    audit: list[str] = []
+    if audit_log is not None:
+        (state_dir / "audit-policy.yaml").write_text(_AUDIT_POLICY)
+        audit = [
+            "--audit-policy-file",
+            str(state_dir / "audit-policy.yaml"),
+            "--audit-log-path",
+            str(audit_log),
+            "--audit-log-format",
+            "json",
+            "--audit-log-maxsize",
+            "0",
+        ]
     api = spawn(
         "kube-apiserver",
         [
+            *audit,
             "--etcd-servers",
             etcd_url,
             "--bind-address",

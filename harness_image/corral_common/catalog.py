@@ -1,16 +1,32 @@
-"""The model catalog: context windows, output maxima, thinking budgets and prices.
+"""The model catalog: context windows, output maxima, thinking support and prices, as data.
 
-A pure module (no SDK import) so that the custodian can price usage with the same table. Prices
-are US dollars per million tokens. `corral-scripted` is the project's scripted demo model; it
-costs nothing and accepts every thinking level.
+The catalog ships as `models.json` beside this module. A platform team extends or overrides it
+without a release: `CORRAL_MODEL_CATALOG` names an overlay file (JSON, or YAML) whose `models`
+entries are merged over the shipped ones by name (a known name: only the fields given change; a
+new name: every field is required). The chart renders that file into a ConfigMap the operator
+mounts into the harness and custodian containers (docs/model-catalog.md).
+
+Loaded once, on first use, with the standard library and pydantic only (both already imported by
+every caller), so the harness's start path pays nothing for it. Prices are US dollars per million
+tokens; `corral-scripted` is the project's scripted demo model and costs nothing.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from corral_api.kinds import MAX_OUTPUT_TOKENS_CAP, ThinkingLevel
+
+CATALOG_ENV = "CORRAL_MODEL_CATALOG"
+SHIPPED_CATALOG = Path(__file__).with_name("models.json")
 
 THINKING_LEVELS: tuple[ThinkingLevel, ...] = ("low", "medium", "high")
 
@@ -19,6 +35,9 @@ THINKING_BUDGETS: dict[str, int] = {"low": 1024, "medium": 4096, "high": 16000}
 
 # Window used for a model the catalog does not know (assembly stays conservative).
 DEFAULT_CONTEXT_WINDOW = 100_000
+
+# What a model id may look like: the Messages API's ids, dated ids and platform-specific ones.
+MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"
 
 
 @dataclass(frozen=True)
@@ -33,41 +52,161 @@ class ModelInfo:
     thinking: bool = True
 
 
-def _claude(name: str, window: int, max_out: int, inp: float, out: float) -> ModelInfo:
-    # Anthropic prices cache reads at 0.1x input and 5-minute cache writes at 1.25x input.
-    return ModelInfo(name, window, max_out, inp, out, round(inp * 0.1, 4), round(inp * 1.25, 4))
-
-
-MODELS: dict[str, ModelInfo] = {
-    m.name: m
-    for m in (
-        _claude("claude-opus-4-1", 200_000, 32_000, 15.0, 75.0),
-        _claude("claude-opus-4-0", 200_000, 32_000, 15.0, 75.0),
-        _claude("claude-sonnet-4-5", 200_000, 64_000, 3.0, 15.0),
-        _claude("claude-sonnet-4-0", 200_000, 64_000, 3.0, 15.0),
-        _claude("claude-3-7-sonnet-latest", 200_000, 64_000, 3.0, 15.0),
-        _claude("claude-haiku-4-5", 200_000, 64_000, 1.0, 5.0),
-        ModelInfo("claude-3-5-haiku-latest", 200_000, 8_192, 0.8, 4.0, 0.08, 1.0, thinking=False),
-        ModelInfo("corral-scripted", 200_000, 64_000, 0.0, 0.0, 0.0, 0.0),
-    )
-}
+class CatalogError(ValueError):
+    """The shipped catalog or the overlay cannot be read or is not valid; the message says where."""
 
 
 class UnknownModel(ValueError):
     pass
 
 
+# ------------------------------------------------------------------------------ the file format
+
+
+class _FileModel(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Prices(_FileModel):
+    input: float = Field(ge=0, description="USD per million input tokens.")
+    output: float = Field(ge=0, description="USD per million output tokens.")
+    cacheRead: float = Field(ge=0, description="USD per million cache-read tokens.")
+    cacheWrite: float = Field(ge=0, description="USD per million cache-write tokens.")
+
+
+class CatalogEntry(_FileModel):
+    name: str = Field(pattern=MODEL_NAME_PATTERN)
+    contextWindow: int = Field(ge=1024, le=100_000_000)
+    maxOutputTokens: int = Field(ge=1, le=10_000_000)
+    thinking: bool = True
+    prices: Prices
+    aliases: list[str] = Field(default_factory=list, description="Other ids of the same model.")
+
+
+class CatalogFile(_FileModel):
+    comment: str | None = Field(default=None, alias="_comment")
+    models: list[dict[str, Any]] = Field(default_factory=list)
+
+
+def _where(err: Mapping[str, Any]) -> str:
+    return ".".join(str(p) for p in err["loc"]) or "(top level)"
+
+
+def _invalid(source: str, exc: ValidationError, prefix: str = "") -> CatalogError:
+    parts = [f"{prefix}{_where(e)}: {e['msg']}" for e in exc.errors()[:5]]
+    return CatalogError(f"model catalog {source}: " + "; ".join(parts))
+
+
+def _read(path: Path) -> Any:
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise CatalogError(f"model catalog {path}: cannot be read: {exc.strerror or exc}") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as json_error:
+        if path.suffix not in (".yaml", ".yml"):
+            raise CatalogError(
+                f"model catalog {path}: not valid JSON: {json_error.msg} at line "
+                f"{json_error.lineno} column {json_error.colno}"
+            ) from json_error
+    import yaml  # only for a hand-written YAML overlay; the chart renders JSON
+
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as yaml_error:
+        raise CatalogError(f"model catalog {path}: not valid YAML: {yaml_error}") from yaml_error
+
+
+def _entries(path: Path) -> list[dict[str, Any]]:
+    data = _read(path)
+    if data is None:
+        return []  # an empty overlay file adds nothing
+    try:
+        return CatalogFile.model_validate(data).models
+    except ValidationError as exc:
+        raise _invalid(str(path), exc) from exc
+
+
+def merge_entries(
+    shipped: list[dict[str, Any]], overlay: list[dict[str, Any]], source: str = "overlay"
+) -> list[CatalogEntry]:
+    """The overlay's entries over the shipped ones, by name; each result validated."""
+    merged: dict[str, dict[str, Any]] = {}
+    origin: dict[str, str] = {}
+    for where, entries in (("shipped", shipped), (source, overlay)):
+        for index, raw in enumerate(entries):
+            name = raw.get("name") if isinstance(raw, dict) else None
+            if not isinstance(name, str) or not name:
+                raise CatalogError(f"model catalog {where}: models[{index}]: needs a 'name'")
+            base = merged.get(name, {})
+            combined = {**base, **raw}
+            if isinstance(base.get("prices"), dict) and isinstance(raw.get("prices"), dict):
+                combined["prices"] = {**base["prices"], **raw["prices"]}
+            merged[name] = combined
+            origin[name] = f"{where}: models[{index}] ({name})"
+    out: list[CatalogEntry] = []
+    for name, raw in merged.items():
+        try:
+            out.append(CatalogEntry.model_validate(raw))
+        except ValidationError as exc:
+            raise _invalid(origin[name], exc, prefix="") from exc
+    return out
+
+
+def catalog_from(entries: list[CatalogEntry]) -> dict[str, ModelInfo]:
+    """One `ModelInfo` per name and per alias (an alias keeps its own name: it is what the
+    request and the custodian's allowlist carry)."""
+    models: dict[str, ModelInfo] = {}
+    for entry in entries:
+        p = entry.prices
+        for name in (entry.name, *entry.aliases):
+            models[name] = ModelInfo(
+                name,
+                entry.contextWindow,
+                entry.maxOutputTokens,
+                p.input,
+                p.output,
+                p.cacheRead,
+                p.cacheWrite,
+                thinking=entry.thinking,
+            )
+    return models
+
+
+def load_catalog(
+    overlay: Path | None = None, shipped: Path = SHIPPED_CATALOG
+) -> dict[str, ModelInfo]:
+    """The shipped catalog with `overlay` merged over it; `CatalogError` names what is wrong."""
+    extra = _entries(overlay) if overlay is not None else []
+    return catalog_from(merge_entries(_entries(shipped), extra, str(overlay)))
+
+
+@functools.cache
+def models() -> dict[str, ModelInfo]:
+    """The catalog this process uses: the shipped file and `$CORRAL_MODEL_CATALOG`, read once."""
+    overlay = os.environ.get(CATALOG_ENV, "").strip()
+    return load_catalog(Path(overlay) if overlay else None)
+
+
+def check_catalog() -> int:
+    """Load the catalog now (a process's start), so a bad overlay stops it with a clear message
+    instead of failing its first request; returns the number of model names."""
+    return len(models())
+
+
 def resolve_model(name: str) -> ModelInfo:
     """The catalog entry for `name`, or `UnknownModel` with the names that exist."""
-    info = MODELS.get(name)
+    known = models()
+    info = known.get(name)
     if info is None:
-        raise UnknownModel(f"unknown model {name!r}; known models: {', '.join(sorted(MODELS))}")
+        raise UnknownModel(f"unknown model {name!r}; known models: {', '.join(sorted(known))}")
     return info
 
 
 def window_of(name: str) -> int | None:
     """The registered context window, or None for a model the catalog does not know."""
-    info = MODELS.get(name)
+    info = models().get(name)
     return info.context_window if info is not None else None
 
 

@@ -8,10 +8,14 @@ credential:
     GET  /agents/{conversation}/surface            this turn's Menu
     POST /agents/{conversation}/tools/{name}       invoke a Menu tool
     GET  /approvals/{name}                         one of this session's Approvals' decision
+    POST /agents/{conversation}/deliver            push the turn's commit (_delivery.py)
+    POST /agents/{conversation}/hooks/{phase}/{name}   post one of the Agent's http hooks
+    POST /memory/recall, /memory/extract           long-term memory (_memory.py)
 
 Operator-facing (`CORRAL_CUSTODIAN_OPERATOR_ADDR`), behind the Session's wire token:
 
     GET  /v1/usage                                 corral_api.wire.CustodianUsage
+    GET  /v1/delivery                              corral_api.wire.CustodianDelivery
 """
 
 from __future__ import annotations
@@ -24,12 +28,23 @@ from pathlib import Path
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from corral_api.wire import CustodianBudget, CustodianUsage, WireUsage
+from corral_api.wire import (
+    CustodianBudget,
+    CustodianDelivery,
+    CustodianUsage,
+    DeliverRequest,
+    WireUsage,
+)
+from corral_common import logs
+from corral_common.approval_files import ApprovalFiles
 
 from ._auth import RequireCredential
+from ._delivery import Deliveries
 from ._git import GitPusher
+from ._hooks import add_hook_routes
 from ._kube import KubeClient, KubeError
 from ._live import LiveError, LiveState
+from ._memory import MEMORY_TOOLS, MemoryService, memory_router
 from ._proxy import BodyTooLarge, ModelProxy, read_capped
 from ._tools import ControlTools, ToolFailure
 from ._usage_store import UsageStore
@@ -41,6 +56,7 @@ log = logging.getLogger("corral_custodian")
 
 # Sent by the harness's approval port alone: its policy's `ask` outcome, not a model's call.
 APPROVAL_GATE_HEADER = "x-corral-approval-gate"
+RUN_ID_HEADER = "x-corral-run-id"  # the run id the harness's traces carry
 
 
 def _problem(status: int, error: str, reason: str) -> JSONResponse:
@@ -75,10 +91,21 @@ class Custodian:
             refused = pusher.remote_refusal()
             if refused is not None:
                 log.warning("push and land will be refused: %s", refused)
-        self.tools = ControlTools(self.live, self.kube, pusher, self.usage)
+        # No cluster (`corral run`): the gate's approvals are files beside the custodian's state.
+        local_approvals = (
+            ApprovalFiles(settings.state_dir / "approvals")
+            if self.kube is None and settings.state_dir is not None
+            else None
+        )
+        self.deliveries = Deliveries(pusher, settings.session_branch, settings.state_dir)
+        self.tools = ControlTools(
+            self.live, self.kube, pusher, self.usage, local_approvals, self.deliveries
+        )
+        self.memory = MemoryService(settings, self.live)
 
     async def aclose(self) -> None:
         await self.proxy.aclose()
+        await self.memory.aclose()
         if self.kube is not None:
             await self.kube.aclose()
 
@@ -119,8 +146,15 @@ def create_app(core: Custodian) -> FastAPI:
     async def readyz() -> dict[str, bool]:
         return {"ok": True}
 
+    runs_seen: list[str] = [""]  # the last run id logged (docs/tracing.md)
+
     @app.post("/v1/messages")
     async def messages(request: Request) -> Response:
+        run_id = request.headers.get(RUN_ID_HEADER, "")[:128]
+        logs.bind(runId=run_id or None)  # this request's task: its lines name the run
+        if run_id and run_id != runs_seen[0]:
+            runs_seen[0] = run_id  # once per run, not per model call
+            log.info("model requests of run %s", run_id)
         return await core.proxy.messages(request)
 
     @app.get("/agents/{conversation}/surface")
@@ -129,7 +163,8 @@ def create_app(core: Custodian) -> FastAPI:
             loaded = await core.tools.load()
         except (ToolFailure, KubeError) as e:
             return _problem(503, "surface_unavailable", str(e))
-        return JSONResponse({"tools": [t.wire() for t in menu(loaded.facts)]})
+        offered = [*menu(loaded.facts), *core.memory.offered(loaded.facts)]
+        return JSONResponse({"tools": [t.wire() for t in offered]})
 
     @app.post("/agents/{conversation}/tools/{name}")
     async def invoke(conversation: str, name: str, request: Request) -> Response:
@@ -145,11 +180,34 @@ def create_app(core: Custodian) -> FastAPI:
             return _tool_problem(400, "bad_input", "the tool input must be a JSON object")
         submission = request.headers.get("x-corral-submission", "")
         gate = request.headers.get(APPROVAL_GATE_HEADER, "") == "1"
+        if name in MEMORY_TOOLS:
+            return JSONResponse((await core.memory.invoke(name, tool_input, submission)).wire())
         try:
             result = await core.tools.invoke(name, tool_input, submission, gate=gate)
         except KeyError:
             return _tool_problem(404, "unknown_tool", f"there is no control tool named {name!r}")
         return JSONResponse(result.wire())
+
+    @app.post("/agents/{conversation}/deliver")
+    async def deliver(conversation: str, request: Request) -> Response:
+        try:
+            asked = DeliverRequest.model_validate_json(
+                await read_capped(request, settings.max_body_bytes) or b"{}"
+            )
+        except (BodyTooLarge, ValueError) as e:
+            return _problem(400, "bad_input", f"not a delivery request: {e}")
+        try:
+            loaded = await core.live.load(fresh=True)
+        except LiveError as e:
+            return _problem(503, "cluster_unavailable", str(e))
+        workspace = (loaded.session.get("spec") or {}).get("workspace") or {}
+        frozen = loaded.frozen_by.describe() if loaded.frozen_by is not None else None
+        record = await core.deliveries.deliver(
+            asked, str(workspace.get("ref") or "HEAD"), frozen=frozen
+        )
+        if record.state == "Failed":
+            log.warning("delivery failed: %s", record.message)
+        return JSONResponse(record.model_dump(mode="json"))
 
     @app.get("/approvals/{name}")
     async def approval(name: str) -> Response:
@@ -160,6 +218,10 @@ def create_app(core: Custodian) -> FastAPI:
         if found is None:
             return _problem(404, "unknown_approval", f"no approval {name!r} for this session")
         return JSONResponse(found)
+
+    app.include_router(memory_router(core.memory, settings.max_body_bytes))
+
+    add_hook_routes(app, core.live, settings)
 
     if settings.credential is None:
         log.warning(
@@ -187,6 +249,11 @@ def create_operator_app(core: Custodian) -> FastAPI:
     @app.get("/v1/usage")
     async def usage() -> Response:
         report = await core.usage_report()
+        return JSONResponse(report.model_dump(mode="json"))
+
+    @app.get("/v1/delivery")
+    async def delivery() -> Response:
+        report = CustodianDelivery(delivery=core.deliveries.record)
         return JSONResponse(report.model_dump(mode="json"))
 
     app.add_middleware(

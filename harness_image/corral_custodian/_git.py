@@ -160,6 +160,47 @@ class GitPusher:
             return GitResult(False, f"revision {revision} is not a commit in the workspace")
         return await self._push(revision, branch)
 
+    # ------------------------------------------------------------- delivery (_delivery.py)
+
+    async def fetch_workspace(self) -> GitResult:
+        """The agent's commits into the mirror; `revision` is the workspace's HEAD."""
+        return await self._fetch_workspace()
+
+    async def fetch_base(self, ref: str) -> GitResult:
+        """The remote's `ref` (a branch, tag, HEAD or full SHA) into the mirror as
+        refs/corral/base: the head a first delivery must descend from."""
+        assert self.remote_url is not None
+        code, out = await self._git(
+            *self._in_mirror(
+                "fetch", "-q", "--no-tags", "--no-recurse-submodules", "--no-write-fetch-head",
+                self.remote_url, f"+{ref}:refs/corral/base",
+            )
+        )  # fmt: skip
+        if code:
+            return GitResult(False, f"cannot read {ref!r} from the remote: {out}")
+        code, head = await self._git(
+            *self._in_mirror("rev-parse", "--verify", "-q", "refs/corral/base^{commit}")
+        )
+        return GitResult(code == 0, head, revision=head if code == 0 else "")
+
+    async def has_commit(self, revision: str) -> bool:
+        code, _ = await self._git(*self._in_mirror("cat-file", "-e", f"{revision}^{{commit}}"))
+        return code == 0
+
+    async def descends(self, ancestor: str, revision: str) -> bool:
+        """Whether `revision` has `ancestor` in its history (or is it)."""
+        code, _ = await self._git(
+            *self._in_mirror("merge-base", "--is-ancestor", ancestor, revision)
+        )
+        return code == 0
+
+    async def push_to(self, revision: str, branch: str) -> GitResult:
+        """Push a commit already in the mirror to `branch`, fast-forward only."""
+        refused = self.remote_refusal()
+        if refused is not None:
+            return GitResult(False, refused)
+        return await self._push(revision, branch)
+
     async def _push(self, revision: str, branch: str) -> GitResult:
         assert self.remote_url is not None
         code, out = await self._git(

@@ -17,6 +17,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from corral_api.freeze import FrozenBy, covering_freeze, needs_ancestors
 from corral_api.kinds import MAX_DEPTH_CAP, AgentSpec, SessionSpec
 
 from . import rules
@@ -43,6 +44,9 @@ class Loaded:
     facts: SessionFacts
     session: dict[str, Any]  # the Session object; empty without a cluster
     turn_key: str  # identifies the current turn, from the Session status the operator writes
+    # The Freeze that holds this session (or an ancestor): model calls, pushes and spawns are
+    # refused while it is in force. None without a cluster.
+    frozen_by: FrozenBy | None = None
 
 
 class _Cached:
@@ -156,7 +160,34 @@ class LiveState:
             model_override=spec.overrides.model if spec.overrides else None,
             session_budget=session_budget,
         )
-        return Loaded(facts, session, str(ledger.get("submissionId") or f"turn-{turns}"))
+        frozen_by = await self._frozen_by(session, fresh)
+        turn_key = str(ledger.get("submissionId") or f"turn-{turns}")
+        return Loaded(facts, session, turn_key, frozen_by)
+
+    async def _frozen_by(self, session: dict[str, Any], fresh: bool) -> FrozenBy | None:
+        """The Freeze in force over this session, read like everything else here: live, for at
+        most `ttl` seconds from the cache. The chain up parentRef is walked only when a Freeze
+        names a session or an agent (only then can an ancestor matter); an unreadable list is
+        an error, never "not frozen"."""
+        listed = await self._get(corral_path(self.namespace, "freezes"), fresh)
+        freezes = list((listed or {}).get("items") or [])
+        chain = [session]
+        if needs_ancestors(freezes, self.namespace):
+            chain += await self._ancestors(session.get("spec") or {})
+        return covering_freeze(chain, freezes)
+
+    async def _ancestors(self, spec: dict[str, Any]) -> list[dict[str, Any]]:
+        """The Sessions up the parentRef chain, nearest first. A reference without a uid still
+        counts here (a freeze errs on the side of holding); one naming another uid does not."""
+        found: list[dict[str, Any]] = []
+        ref = spec.get("parentRef")
+        while ref and len(found) <= MAX_DEPTH_CAP and rules.is_object_name(ref.get("name")):
+            parent = await self._get(corral_path(self.namespace, "sessions", ref["name"]), False)
+            if parent is None or ref.get("uid") not in (None, parent["metadata"].get("uid")):
+                break
+            found.append(parent)
+            ref = (parent.get("spec") or {}).get("parentRef")
+        return found
 
     async def _depth(self, spec: dict[str, Any]) -> int:
         """Depth by walking parentRef up the tree; the custodian never trusts a depth label."""

@@ -24,6 +24,8 @@ from fastapi import Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.types import Receive, Scope, Send
 
+from corral_api.freeze import FROZEN_ERROR
+
 from ._live import LiveError, LiveState
 from ._usage_store import UsageStore
 from .budget import (
@@ -195,6 +197,10 @@ class ModelProxy:
             if e.retryable:
                 return anthropic_error(503, "api_error", str(e), retry=True)
             return anthropic_error(403, "permission_error", str(e))
+        if loaded.frozen_by is not None:
+            held = f"the session is {loaded.frozen_by.describe()}; no model call until it is lifted"
+            log.warning("model request refused: %s", held)
+            return anthropic_error(403, FROZEN_ERROR, held)
         facts = loaded.facts
         checked = check_request(facts, body)
         if isinstance(checked, ModelRefusal):

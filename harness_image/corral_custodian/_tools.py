@@ -11,9 +11,15 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from corral_api.digest import check_definition_digest
+from corral_api.evidence import verdict_for
+from corral_api.freeze import FROZEN_ERROR
 from corral_api.labels import evidence_selector
+from corral_common import toolmatch
+from corral_common.approval_files import ApprovalFiles, ApprovalNotFound
 
 from . import rules
+from ._delivery import Deliveries
 from ._git import GitPusher
 from ._kube import KubeClient, KubeError, corral_path
 from ._live import LiveError, LiveState, Loaded
@@ -36,6 +42,10 @@ class ToolFailure(Exception):
     """The tool cannot run at all; the message becomes an error result."""
 
 
+# What a freeze stops among the control tools: whatever starts work or changes the remote.
+FROZEN_TOOLS = frozenset({"spawn_child", "push", "land"})
+
+
 def _error(message: str) -> ToolResult:
     return ToolResult(message, is_error=True)
 
@@ -51,11 +61,17 @@ class ControlTools:
         kube: KubeClient | None,
         pusher: GitPusher | None,
         usage: UsageStore,
+        local_approvals: ApprovalFiles | None = None,
+        deliveries: Deliveries | None = None,
     ) -> None:
         self._live = live
+        # The parent's last delivery: a child starts from that revision (docs/children.md).
+        self._deliveries = deliveries
         self._kube = kube
         self._pusher = pusher
         self._usage = usage
+        # Without a cluster (`corral run`) the gate's requests go to the one local file store.
+        self._local_approvals = local_approvals
         # Spawns are counted against the cluster; one at a time so two calls cannot both pass.
         self._spawn_lock = asyncio.Lock()
 
@@ -78,6 +94,13 @@ class ControlTools:
             raise KeyError(name)
         try:
             loaded = await self.load()
+            if loaded.frozen_by is not None and name in FROZEN_TOOLS:
+                return _error(
+                    f"{FROZEN_ERROR}: {name} is refused: the session is "
+                    f"{loaded.frozen_by.describe()}"
+                )
+            if gate and name == "request_approval" and self._kube is None:
+                return self._request_local_approval(loaded, tool_input, submission)
             reason = why_not_offered(loaded.facts, name, gate=gate)
             if reason is not None:
                 return _error(reason)
@@ -120,6 +143,11 @@ class ControlTools:
             manifest = rules.child_session_manifest(
                 loaded.facts, plan, loaded.session.get("spec") or {}, loaded.turn_key
             )
+            start = self._start_revision()
+            if start is not None:
+                # The parent's working copy as it stands: the harness delivered it just before
+                # this call, so the child checks out exactly what the parent has now.
+                manifest["spec"].setdefault("workspace", {})["ref"] = start
             if submission:
                 manifest["metadata"]["annotations"]["corral.dev/parent-submission"] = submission
             # Carved before the create, so a model request in between cannot spend it too.
@@ -136,12 +164,21 @@ class ControlTools:
             "depth": plan.depth,
             "maxTurns": plan.max_turns,
             "readOnly": plan.read_only,
+            "ref": (manifest["spec"].get("workspace") or {}).get("ref"),
         }
         if plan.budget.wire():
             answer["budget"] = plan.budget.wire()
         if plan.ignored:
             answer["ignored"] = list(plan.ignored)
         return ToolResult(_json(answer))
+
+    def _start_revision(self) -> str | None:
+        """The revision a child starts from: the parent's last push, when its last delivery
+        went through (else the child starts from the parent's own spec.workspace.ref)."""
+        record = self._deliveries.record if self._deliveries is not None else None
+        if record is None or record.state == "Failed":
+            return None
+        return record.revision
 
     async def _child_status(self, loaded: Loaded, tool_input: dict[str, Any], _: str) -> ToolResult:
         assert self._kube is not None
@@ -189,6 +226,14 @@ class ControlTools:
 
     async def _create_approval(self, loaded: Loaded, ask: rules.AskApproval) -> str:
         assert self._kube is not None
+        # One Approval per action: a pending request for the same call is reused.
+        mine = await self._kube.list(
+            corral_path(self.namespace, "approvals"),
+            label_selector=f"corral.dev/session={loaded.facts.name[:63]}",
+        )
+        existing = rules.pending_binding(mine, loaded.facts, ask)
+        if existing is not None:
+            return str(existing["metadata"]["name"])
         created = await self._kube.create(
             corral_path(self.namespace, "approvals"), rules.approval_manifest(loaded.facts, ask)
         )
@@ -200,26 +245,101 @@ class ControlTools:
         ask = rules.approval_request(tool_input)
         if isinstance(ask, rules.Refusal):
             return _error(ask.reason)
-        name = await self._create_approval(loaded, ask)
+        # The action as the tool that acts will look for it (`land` checks its own Approval).
+        action = rules.gate_action(ask)
+        if isinstance(action, rules.Refusal):
+            return _error(action.reason)
+        name = await self._create_approval(loaded, action)
         return ToolResult(
-            _json({"approval": name, "digest": ask.digest, "decision": "Pending"}), ends_turn=True
+            _json({"approval": name, "digest": action.digest, "decision": "Pending"}),
+            ends_turn=True,
+        )
+
+    def _request_local_approval(
+        self, loaded: Loaded, tool_input: dict[str, Any], submission: str
+    ) -> ToolResult:
+        """The gate's request where no cluster holds Approvals: the local file store."""
+        if self._local_approvals is None:
+            return _error("request_approval needs the cluster or a state directory; neither is set")
+        ask = rules.approval_request(tool_input)
+        if isinstance(ask, rules.Refusal):
+            return _error(ask.reason)
+        refused = toolmatch.forbidden_reason(toolmatch.menu_name("request_approval"))
+        if refused is not None:
+            return _error(refused)
+        action = rules.gate_action(ask)
+        if isinstance(action, rules.Refusal):
+            return _error(action.reason)
+        record = self._local_approvals.create(
+            scope=loaded.facts.name,
+            tool=action.tool,
+            arguments=action.arguments,
+            reason=action.reason,
+            submission_id=submission,
+        )
+        return ToolResult(
+            _json({"approval": record["id"], "digest": record["digest"], "decision": "Pending"}),
+            ends_turn=True,
         )
 
     async def approval_decision(self, name: str) -> dict[str, Any] | None:
-        """An Approval's decision, only when it belongs to this session (else None)."""
-        if self._kube is None or not rules.is_object_name(name):
+        """An Approval's decision, only when it belongs to this session (else None).
+
+        `ready` says whether the call may replay now: an approved landing with a landing check
+        configured waits, beside the human, for the Evidence verdict at its revision (any final
+        verdict: a Fail is then refused by `land` itself, with the reason)."""
+        if self._kube is None:
+            return await self._local_decision(name)
+        if not rules.is_object_name(name):
             return None
         try:
             loaded = await self._live.load()  # polled every second: the cache is enough here
         except LiveError as e:
             raise ToolFailure(str(e)) from e
         approval = await self._kube.get(corral_path(self.namespace, "approvals", name))
-        if approval is None:
+        if approval is None or not rules.own_approval(approval, loaded.facts):
             return None
-        ref = (approval.get("spec") or {}).get("sessionRef") or {}
-        if ref.get("uid") != loaded.facts.uid or ref.get("name") != loaded.facts.name:
+        decision = rules.approval_decision(approval)
+        answer: dict[str, Any] = {"approval": name, "decision": decision, "ready": True}
+        action = (approval.get("spec") or {}).get("action") or {}
+        check = loaded.facts.land_check
+        if decision == "Approved" and action.get("tool") == "land" and check is not None:
+            try:
+                revision = str(json.loads(str(action.get("arguments")))["revision"])
+            except (ValueError, KeyError, TypeError):
+                return answer  # land itself refuses such arguments
+            verdict = await self._land_verdict(loaded, check, revision)
+            answer["evidence"] = {"check": check.name, "revision": revision, "verdict": verdict}
+            answer["ready"] = verdict not in ("Missing", "Pending")
+        return answer
+
+    async def _local_decision(self, name: str) -> dict[str, Any] | None:
+        if self._local_approvals is None:
             return None
-        return {"approval": name, "decision": rules.approval_decision(approval)}
+        try:
+            loaded = await self._live.load()
+        except LiveError as e:
+            raise ToolFailure(str(e)) from e
+        try:
+            verdict = self._local_approvals.decision(name, scope=loaded.facts.name)
+        except ApprovalNotFound:
+            return None
+        decision = {"approved": "Approved", "denied": "Denied"}.get(verdict or "", "Pending")
+        return {"approval": name, "decision": decision, "ready": True}
+
+    async def _land_verdict(self, loaded: Loaded, check: Any, revision: str) -> str:
+        """The verdict that counts for the landing check at `revision` (corral_api.evidence)."""
+        assert self._kube is not None
+        if not loaded.facts.repo:
+            return "Missing"
+        evidences = await self._kube.list(
+            corral_path(self.namespace, "evidences"),
+            label_selector=evidence_selector(check.name, revision, loaded.facts.repo),
+        )
+        digest = check_definition_digest(check.command, check.image)
+        return verdict_for(
+            evidences, check.name, revision, loaded.facts.repo, digest, loaded.facts.namespace
+        )
 
     # ---------------------------------------------------------------------------- push, land
 

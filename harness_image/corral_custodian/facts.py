@@ -55,10 +55,12 @@ class SessionFacts:
 
     @property
     def allowed_models(self) -> tuple[str, ...]:
-        """The Agent's model and the Session's override; nothing else goes upstream."""
+        """The Agent's model, the Session's override and the scheduler's classifier model
+        (docs/turns.md); nothing else goes upstream."""
         models = [self.agent.model]
-        if self.model_override and self.model_override not in models:
-            models.append(self.model_override)
+        for extra in (self.model_override, self.agent.scheduler.classifier_model):
+            if extra and extra not in models:
+                models.append(extra)
         return tuple(models)
 
     @property

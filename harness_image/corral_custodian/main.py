@@ -37,8 +37,12 @@ from collections.abc import Generator
 from contextlib import contextmanager
 
 import uvicorn
-from fastapi import FastAPI
+from starlette.types import ASGIApp
 
+from corral_common import logs
+from corral_common.catalog import CatalogError, check_catalog
+
+from ._adopt import ADOPT_KEY_ENV, serve_pooled
 from ._app import Custodian, create_app, create_operator_app
 from .settings import CustodianSettings, SettingsError, from_env
 
@@ -51,12 +55,13 @@ class _Server(uvicorn.Server):
         yield
 
 
-def _server(app: FastAPI, host: str, port: int) -> _Server:
+def _server(app: ASGIApp, host: str, port: int) -> _Server:
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         log_level=os.environ.get("CORRAL_LOG_LEVEL", "warning"),
+        log_config=None,  # uvicorn's lines go through main's handler, in its format
         access_log=False,
         lifespan="off",
         timeout_graceful_shutdown=5,
@@ -66,11 +71,20 @@ def _server(app: FastAPI, host: str, port: int) -> _Server:
 
 async def serve(settings: CustodianSettings) -> None:
     core = Custodian(settings)
-    servers = [_server(create_app(core), settings.host, settings.port)]
+    listeners: list[tuple[ASGIApp, str, int]] = [(create_app(core), settings.host, settings.port)]
     if settings.operator_host is not None and settings.operator_port is not None:
-        servers.append(
-            _server(create_operator_app(core), settings.operator_host, settings.operator_port)
+        listeners.append(
+            (create_operator_app(core), settings.operator_host, settings.operator_port)
         )
+    try:
+        await listen(listeners)
+    finally:
+        await core.aclose()
+
+
+async def listen(listeners: list[tuple[ASGIApp, str, int]]) -> None:
+    """Serve each (app, host, port) until a signal, or until one listener ends."""
+    servers = [_server(app, host, port) for app, host, port in listeners]
 
     def stop() -> None:
         for server in servers:
@@ -80,13 +94,10 @@ async def serve(settings: CustodianSettings) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
     tasks = [asyncio.ensure_future(s.serve()) for s in servers]
-    try:
-        # One listener ending (a bind failure, say) ends the other: both or neither.
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-        stop()
-        await asyncio.gather(*tasks)
-    finally:
-        await core.aclose()
+    # One listener ending (a bind failure, say) ends the other: both or neither.
+    await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    stop()
+    await asyncio.gather(*tasks)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,12 +108,30 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.parse_args(argv)
     # Refusals are logged as warnings, naming the caller: they are what an operator looks for.
-    logging.basicConfig(
-        level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    try:  # JSON lines carry the run id of the request (docs/observability.md)
+        logs.configure(logs.parse_format(os.environ.get(logs.LOG_FORMAT_ENV)), logging.WARNING)
+    except ValueError as e:
+        print(f"corral-custodian: {e}", file=sys.stderr)
+        return 2
+    # Its own notes (a run's first model request, facts kept) at INFO; the rest, warnings.
+    logging.getLogger("corral_custodian").setLevel(logging.INFO)
+    key = os.environ.get(ADOPT_KEY_ENV, "").strip()
+    if key:  # a warm-pool pod: no Session until the operator adopts it (docs/warm-pool.md)
+        try:
+            check_catalog()
+            asyncio.run(serve_pooled(os.environ, key, listen))
+        except (SettingsError, CatalogError) as e:
+            print(f"corral-custodian: {e}", file=sys.stderr)
+            return 2
+        return 0
     try:
         settings = from_env(os.environ)
     except SettingsError as e:
+        print(f"corral-custodian: {e}", file=sys.stderr)
+        return 2
+    try:
+        check_catalog()  # the allowlist and the max_tokens clamp read it: a bad overlay stops here
+    except CatalogError as e:
         print(f"corral-custodian: {e}", file=sys.stderr)
         return 2
     asyncio.run(serve(settings))

@@ -1,20 +1,22 @@
 """Prices for the usage the custodian records, from the harness's model catalog.
 
-One table for both containers (the catalog is a pure module). A dated model id such as
-`claude-haiku-4-5-20251001` takes the price of the longest catalog name it starts with; a model
-the catalog does not know costs 0 and is named in the usage totals as unpriced.
+One table for both containers: the shipped catalog with the platform's overlay
+(`CORRAL_MODEL_CATALOG`, docs/model-catalog.md). An id the catalog does not list, such as a newer
+dated one, takes the price of the longest catalog name it starts with; a model the catalog does
+not know costs 0 and is named in the usage totals as unpriced.
 """
 
 from __future__ import annotations
 
-from corral_common.catalog import MODELS, ModelInfo, cost_usd
+from corral_common.catalog import ModelInfo, cost_usd, models
 
 
 def price_for(model: str) -> ModelInfo | None:
-    if model in MODELS:
-        return MODELS[model]
-    matches = [name for name in MODELS if model.startswith(name)]
-    return MODELS[max(matches, key=len)] if matches else None
+    known = models()
+    if model in known:
+        return known[model]
+    matches = [name for name in known if model.startswith(name)]
+    return known[max(matches, key=len)] if matches else None
 
 
 def call_cost(model: str, *, input: int, output: int, cache_read: int, cache_write: int) -> float:

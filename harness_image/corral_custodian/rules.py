@@ -220,9 +220,13 @@ def child_session_manifest(
         "readOnly": plan.read_only,
         "parentRef": {"name": facts.name, "uid": facts.uid},
     }
+    # A child inherits its parent's thinking level and loop choice, as the parent runs them
+    # (its override, else its Agent's); a forced plan (spec.plan) is not inherited.
     overrides = parent_spec.get("overrides") or {}
-    if overrides.get("thinkingLevel"):
-        spec["overrides"] = {"thinkingLevel": overrides["thinkingLevel"]}
+    spec["overrides"] = {
+        "thinkingLevel": overrides.get("thinkingLevel") or facts.agent.thinking_level,
+        "loop": overrides.get("loop") or facts.agent.loop,
+    }
     if plan.budget.wire():
         spec["budget"] = plan.budget.wire()
     if plan.criteria is not None:
@@ -605,6 +609,54 @@ def approval_request(tool_input: dict[str, Any]) -> AskApproval | Refusal:
         return Refusal("'reason' must be a string of at most 4096 characters")
     return AskApproval(
         tool=tool, arguments=arguments, digest=action_digest(tool, arguments), reason=reason
+    )
+
+
+# Menu tools that check an Approval themselves: the gate's request must be the very action
+# the tool will look for, or a `land` would be asked twice (once by the harness's gate, once
+# by the custodian) and the first decision would release nothing.
+SELF_CHECKING_TOOLS = frozenset({"land"})
+
+
+def gate_action(ask: AskApproval) -> AskApproval | Refusal:
+    """The action an approval gate asks about, as the tool that acts will look for it.
+
+    The harness's gate names the call as the model made it (`mcp__corral__land` with the
+    model's arguments); `land` looks for tool `land` with its normalised arguments. Any other
+    call (`bash` running `git merge`, ...) is asked about exactly as made."""
+    bare = ask.tool.removeprefix("mcp__corral__")
+    if bare not in SELF_CHECKING_TOOLS:
+        return ask
+    args = land_arguments(ask.arguments)
+    if isinstance(args, Refusal):
+        return args
+    return AskApproval(
+        tool=bare,
+        arguments=args,
+        digest=action_digest(bare, args),
+        reason=ask.reason or f"land {args['revision']} on {args['target']}",
+    )
+
+
+def pending_binding(
+    approvals: list[dict[str, Any]], facts: SessionFacts, ask: AskApproval
+) -> dict[str, Any] | None:
+    """A still-pending Approval of this session for this exact action: asked again (a replay
+    after a harness restart, the model calling twice), it is reused, never doubled."""
+    for approval in approvals:
+        if approval_binds(approval, facts, ask.tool, ask.digest) and (
+            approval_decision(approval) == "Pending"
+        ):
+            return approval
+    return None
+
+
+def own_approval(approval: dict[str, Any], facts: SessionFacts) -> bool:
+    """An Approval this session may wait on: its own (namespace, name, uid), and speaking
+    about the call it states (the digest matches its tool and arguments)."""
+    action = (approval.get("spec") or {}).get("action") or {}
+    return approval_binds(
+        approval, facts, str(action.get("tool") or ""), str(action.get("digest") or "")
     )
 
 

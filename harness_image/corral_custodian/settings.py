@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from corral_api.kinds import AgentSpec
 
@@ -64,6 +63,12 @@ class CustodianSettings:
     read_only: bool
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    # The long-term memory store (docs/memory.md): a SQLite file, or a PostgreSQL DSN read
+    # from a secret file; neither: the Agent's memory is unavailable (recall is fail-open).
+    memory_sqlite: Path | None = None
+    memory_dsn: str | None = None
+    # The Agent's credentials.hookSecretRef, one file per key: http hooks' secret headers.
+    hook_secret_dir: Path | None = None
 
     def load_agent(self) -> AgentSpec:
         """The Agent spec without a cluster, read afresh each call (a mounted file may change)."""
@@ -83,9 +88,16 @@ class CustodianSettings:
 
 def parse_agent_spec(text: str, source: str) -> AgentSpec:
     try:
-        data: Any = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        raise SettingsError(f"{source} is not JSON or YAML: {e}") from e
+        data: Any = json.loads(text)
+    except ValueError:
+        # Only a hand-written file is YAML; pods and `corral run` pass JSON, so the YAML parser
+        # is not imported on the custodian's start path.
+        import yaml
+
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as e:
+            raise SettingsError(f"{source} is not JSON or YAML: {e}") from e
     if isinstance(data, dict) and data.get("kind") == "Agent":
         data = data.get("spec")
     if not isinstance(data, dict):
@@ -222,7 +234,12 @@ def from_env(env: Mapping[str, str]) -> CustodianSettings:
         read_only=_flag(env, "CORRAL_READ_ONLY"),
         max_body_bytes=_positive(env, "CORRAL_MAX_REQUEST_BYTES", DEFAULT_MAX_BODY_BYTES),
         max_in_flight=_positive(env, "CORRAL_MAX_MODEL_REQUESTS", DEFAULT_MAX_IN_FLIGHT),
+        memory_sqlite=_path(env, "CORRAL_MEMORY_SQLITE"),
+        memory_dsn=_secret(env, "CORRAL_MEMORY_DSN_FILE"),
+        hook_secret_dir=_path(env, "CORRAL_HOOK_SECRET_DIR"),
     )
+    if settings.memory_sqlite is not None and settings.memory_dsn is not None:
+        raise SettingsError("set CORRAL_MEMORY_SQLITE or CORRAL_MEMORY_DSN_FILE, not both")
     if kube is None:
         settings.load_agent()  # fail at start, not at the first turn, on a bad or missing spec
     elif not settings.session_uid:

@@ -33,6 +33,8 @@ type execEvent struct {
 	Bytes    int64  `json:"bytes,omitempty"`
 	ExitCode *int   `json:"exitCode,omitempty"`
 	TimedOut *bool  `json:"timedOut,omitempty"`
+	// With exit: the survey generations after the command (generation.go), by file name.
+	Surveys map[string]uint64 `json:"surveys,omitempty"`
 }
 
 // childEnv is the service's environment without anything naming Corral or the model: the
@@ -113,6 +115,7 @@ func (s *Service) exec(w http.ResponseWriter, r *http.Request) {
 	stream := newEventStream(w)
 	err = runCommand(r.Context(), command{
 		Path: program, Argv: req.Argv, Dir: cwd.Real, Env: s.Env, Timeout: timeout, Keep: req.KeepBytes,
+		AfterExit: s.generationsAfterCommand,
 	}, stream)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -129,6 +132,8 @@ type command struct {
 	Env     []string
 	Timeout time.Duration
 	Keep    int
+	// AfterExit is asked, once the command has exited, for the exit event's survey generations.
+	AfterExit func() map[string]uint64
 }
 
 // eventStream writes NDJSON events. Output is flushed a moment after it is written (a quick
@@ -258,7 +263,11 @@ func runCommand(ctx context.Context, c command, out *eventStream) error {
 	if len(kept.tail) > 0 {
 		out.send(execEvent{Type: "output", Data: kept.tail})
 	}
-	out.send(execEvent{Type: "exit", ExitCode: &code, TimedOut: &timed})
+	var surveys map[string]uint64
+	if c.AfterExit != nil {
+		surveys = c.AfterExit()
+	}
+	out.send(execEvent{Type: "exit", ExitCode: &code, TimedOut: &timed, Surveys: surveys})
 	return nil
 }
 

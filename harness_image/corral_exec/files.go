@@ -322,15 +322,27 @@ func (s *Service) find(q request) (any, *apiError) {
 }
 
 func (s *Service) findFiles(q request, req findRequest) ([]foundFile, *apiError) {
-	if req.Name == "" || req.Name == "." || req.Name == ".." || strings.ContainsAny(req.Name, "/\x00") || q.suspect {
-		return nil, badRequest("name must be a plain file name")
+	if apiErr := checkFindName(q, req.Name); apiErr != nil {
+		return nil, apiErr
 	}
+	return s.readMatches(s.indexFor(req.Name).scan(), req), nil
+}
+
+func checkFindName(q request, name string) *apiError {
+	if name == "" || name == "." || name == ".." || strings.ContainsAny(name, "/\x00") || q.suspect {
+		return badRequest("name must be a plain file name")
+	}
+	return nil
+}
+
+// readMatches answers the matches, each with its content unless the caller knows it.
+func (s *Service) readMatches(matches []match, req findRequest) []foundFile {
 	limit := req.MaxBytes
 	if limit <= 0 {
 		limit = 1 << 20
 	}
 	files := []foundFile{}
-	for _, m := range s.indexFor(req.Name).scan() {
+	for _, m := range matches {
 		found := foundFile{Path: m.Rel, Size: m.Size, MtimeNs: m.MtimeNs}
 		if known, ok := req.Known[m.Rel]; ok && known.Size == m.Size && known.MtimeNs == m.MtimeNs {
 			files = append(files, found)
@@ -349,31 +361,33 @@ func (s *Service) findFiles(q request, req findRequest) ([]foundFile, *apiError)
 		found.Content = &text
 		files = append(files, found)
 	}
-	return files, nil
+	return files
 }
 
 // ---------------------------------------------------------------------------------- survey
 
 // survey is what the harness reads of the tree before each model call, in one round trip:
-// find's answer, the root's entries and the text of .git/HEAD (null when there is none).
+// find's answer, the root's entries and the text of .git/HEAD (null when there is none), with
+// their generation (generation.go); when that is the caller's `since`, only
+// {"unchanged": true, "generation"}.
 func (s *Service) survey(q request) (any, *apiError) {
-	var req findRequest
+	var req surveyRequest
 	if err := q.decode(&req); err != nil {
 		return nil, err
 	}
-	files, apiErr := s.findFiles(q, req)
-	if apiErr != nil {
+	if apiErr := checkFindName(q, req.Name); apiErr != nil {
 		return nil, apiErr
 	}
-	entries, apiErr := s.listDir(q, ".")
-	if apiErr != nil {
-		entries = []map[string]string{}
+	scan := s.scanSurvey(q, req.Name)
+	if req.Since != 0 && req.Since == scan.generation {
+		return map[string]any{"unchanged": true, "generation": scan.generation}, nil
 	}
-	var head *string
-	if text, apiErr := s.getText(q, ".git/HEAD", 4096); apiErr == nil {
-		head = &text
-	}
-	return map[string]any{"files": files, "entries": entries, "gitHead": head}, nil
+	return map[string]any{
+		"files":      s.readMatches(scan.matches, req.findRequest),
+		"entries":    scan.entries,
+		"gitHead":    scan.head,
+		"generation": scan.generation,
+	}, nil
 }
 
 // ---------------------------------------------------------------------------------- list

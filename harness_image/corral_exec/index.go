@@ -38,8 +38,16 @@ type match struct {
 
 // scan walks the tree (.git and symlinked directories skipped) and answers every match.
 func (t *treeIndex) scan() []match {
+	matches, _ := t.scanNoting()
+	return matches
+}
+
+// scanNoting is scan, also saying whether the root's own listing could have changed since the
+// last scan (it was listed again, or could not be kept).
+func (t *treeIndex) scanNoting() ([]match, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	rootBefore := t.dirs[""]
 	now := time.Now().UnixNano()
 	dirs := make(map[string]*listing, len(t.dirs))
 	matches := []match{}
@@ -85,7 +93,7 @@ func (t *treeIndex) scan() []match {
 		}
 	}
 	t.dirs = dirs
-	return matches
+	return matches, rootBefore == nil || dirs[""] != rootBefore
 }
 
 // indexFor answers the service's index of name, made on first use.

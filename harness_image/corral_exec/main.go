@@ -15,7 +15,8 @@
 //	GET  /healthz                -> {ok, root, shell, ripgrep}
 //	POST /v1/exec                {argv, cwd, timeoutSeconds, keepBytes} -> NDJSON:
 //	                             {"type":"output","data":base64}* [{"type":"cut","bytes":N}
-//	                             {"type":"output",...}] {"type":"exit","exitCode":N,"timedOut":b}
+//	                             {"type":"output",...}] {"type":"exit","exitCode":N,"timedOut":b,
+//	                             "surveys":{name: generation}} (after the command: generation.go)
 //	POST /v1/files/resolve       {path} -> {verdict, path, kind}
 //	POST /v1/files/read          {path, offset, limit, maxBytes} -> {path, lines, more, clipped}
 //	POST /v1/files/get           {path, maxBytes} -> {content}            (valid UTF-8 only)
@@ -23,7 +24,8 @@
 //	POST /v1/files/glob          {path, pattern, max} -> {matches, more}
 //	POST /v1/files/find          {name, known, maxBytes} -> {files: [{path, content|null, size, mtimeNs}]}
 //	POST /v1/files/list          {path} -> {entries: [{name, kind}]}
-//	POST /v1/files/survey        {name, known, maxBytes} -> {files, entries, gitHead}
+//	POST /v1/files/survey        {name, known, maxBytes, since?} -> {files, entries, gitHead, generation}
+//	                             or, when since is the generation, {unchanged: true, generation}
 package main
 
 import (

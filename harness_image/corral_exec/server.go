@@ -72,6 +72,11 @@ type Service struct {
 
 	indexesMu sync.Mutex
 	indexes   map[string]*treeIndex // find's tree indexes, by file name
+
+	generationsMu sync.Mutex
+	generations   map[string]*surveyGeneration // the survey's change signal, by file name
+	lastSurvey    map[string]surveyParts       // the root's entries and HEAD, by file name
+	started       time.Time
 }
 
 func NewService(root *Root) *Service {
@@ -80,7 +85,7 @@ func NewService(root *Root) *Service {
 	if _, err := os.Stat("/bin/bash"); err == nil {
 		shell = "/bin/bash"
 	}
-	return &Service{Root: root, Env: childEnv(os.Environ()), Shell: shell, Self: self}
+	return &Service{Root: root, Env: childEnv(os.Environ()), Shell: shell, Self: self, started: time.Now()}
 }
 
 func (s *Service) Handler() http.Handler {

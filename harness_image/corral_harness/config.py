@@ -11,6 +11,10 @@ class ConfigError(ValueError):
     pass
 
 
+# The engine adapters CORRAL_ENGINE may name (engine/choice.py maps each to its module).
+ENGINES = ("lean", "sdk")
+
+
 def _float(env: dict[str, str], name: str, default: float) -> float:
     raw = env.get(name)
     if raw is None or raw == "":
@@ -57,6 +61,7 @@ class HarnessConfig:
     model_retries: int = 2
     bash_timeout_seconds: float = 120.0
     durable: bool = True  # fsync every record of the conversation log
+    engine: str = "lean"  # CORRAL_ENGINE: `lean` (httpx) or `sdk` (the official SDK)
 
     def custodian_credential(self) -> str | None:
         """The credential's text, read once at start; an empty file is a configuration error."""
@@ -86,6 +91,9 @@ class HarnessConfig:
             raise ConfigError(
                 f"CORRAL_GRANTED_ROOT {str(root)!r} must be absolute with CORRAL_EXEC_SOCKET"
             )
+        engine = env.get("CORRAL_ENGINE") or "lean"
+        if engine not in ENGINES:
+            raise ConfigError(f"CORRAL_ENGINE must be one of {', '.join(ENGINES)}, got {engine!r}")
         token = env.get("CORRAL_WIRE_TOKEN_FILE") or None
         custodian = (env.get("CORRAL_CUSTODIAN_URL") or "").rstrip("/") or None
         return cls(
@@ -108,4 +116,5 @@ class HarnessConfig:
             model_retries=int(_float(env, "CORRAL_MODEL_RETRIES", 2)),
             bash_timeout_seconds=_float(env, "CORRAL_BASH_TIMEOUT_SECONDS", 120.0),
             durable=_flag(env, "CORRAL_DURABLE", True),
+            engine=engine,
         )

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from corral_api.kinds import AgentSpec, SettlementStatus
+from corral_api.turnshape import ForcedPlan
 
 from . import metrics
 from .engine.messages import for_provider, tool_result_block
@@ -45,6 +46,16 @@ class Submission:
     # The caller's key for this admission: repeating it returns this submission, not a new one.
     idempotency_key: str | None = None
     admitted_offset: int = 0
+    # The JSON Schema the final answer must satisfy (the admission's outputSchema), or None.
+    output_schema: dict[str, Any] | None = None
+    # The run id the caller's traces carry (the admission's runId); None: the submission id.
+    run_id: str | None = None
+    # The turn's shape (docs/turns.md): a forced plan, no reactive fallback, a person's replies.
+    plan: ForcedPlan | None = None
+    decide_then_act: bool = False
+    replies: list[str] = field(default_factory=list)
+    # The running turn's steer (docs/ledger.md, steering); set while the turn runs.
+    steer_to: Callable[[str | None, Any], None] | None = None
     started: bool = False
     settled: bool = False
     # Set when a sweep names this submission's fate; the turn watches it.
@@ -65,6 +76,11 @@ class Submission:
             "turn": self.turn,
             "key": self.idempotency_key,
             "offset": self.admitted_offset,
+            **({"outputSchema": self.output_schema} if self.output_schema is not None else {}),
+            **({"runId": self.run_id} if self.run_id is not None else {}),
+            **({"plan": self.plan.wire()} if self.plan is not None else {}),
+            **({"decideThenAct": True} if self.decide_then_act else {}),
+            **({"replies": self.replies} if self.replies else {}),
         }
 
 
@@ -86,6 +102,9 @@ class Conversation:
         self.by_key: dict[str, Submission] = {}
         self.queue: deque[Submission] = deque()
         self.active: Submission | None = None
+        # The thinking level a steer set: later turns that name none keep it (a wait keeps
+        # its level).
+        self.steered_level: str | None = None
         self._grew: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._worker: asyncio.Task[None] | None = None
 
@@ -206,10 +225,20 @@ class Conversation:
         usage: dict[str, Any] | None = None,
         text: str = "",
         receipt: dict[str, Any] | None = None,
+        output: Any = None,
+        extra: dict[str, Any] | None = None,
     ) -> None:
         if sub.settled:
             return
         sub.settled = True
+        # One line per turn, naming its run even when an abort from another request settles it.
+        log.info(
+            "submission %s settled %s%s",
+            sub.id,
+            status,
+            f" ({error.get('type')})" if error else "",
+            extra={"runId": sub.run_id or sub.id, "status": status},
+        )
         fields: dict[str, Any] = {"status": status, "text": text}
         if error is not None:
             fields["error"] = error
@@ -217,9 +246,27 @@ class Conversation:
             fields["usage"] = usage
         if receipt is not None:
             fields["receipt"] = receipt
+        if output is not None:
+            fields["output"] = output  # the answer, validated against the outputSchema
+        if extra:
+            fields.update(extra)  # the turn's question and plan (docs/turns.md)
         self.emit("settled", sub.id, **fields)
         metrics.SUBMISSIONS.labels(status).inc()
         sub.done.set()
+
+    def steer(
+        self, message: str | None, thinking: str | None, submission_id: str | None
+    ) -> Submission | None:
+        """Hand a steer to the running turn; None when no turn runs (or another one does)."""
+        active = self.active
+        if active is None or active.settled or active.steer_to is None:
+            return None
+        if submission_id is not None and submission_id != active.id:
+            return None
+        if thinking is not None:
+            self.steered_level = thinking
+        active.steer_to(message, thinking)
+        return active
 
     async def abort(self, cause: str | None, submission_id: str | None) -> bool:
         """The sweep. Returns once every swept submission has settled."""
@@ -260,6 +307,11 @@ class Conversation:
                     record.get("turn"),
                     record.get("key"),
                     int(record.get("offset") or 0),
+                    output_schema=record.get("outputSchema"),
+                    run_id=record.get("runId"),
+                    plan=ForcedPlan.model_validate(record["plan"]) if "plan" in record else None,
+                    decide_then_act=bool(record.get("decideThenAct")),
+                    replies=list(record.get("replies") or []),
                 )
                 self.submissions[sub.id] = sub
                 if sub.idempotency_key:
@@ -271,6 +323,8 @@ class Conversation:
                 sub_ = self.submissions.get(event["submissionId"])
                 if sub_ is not None and event["type"] == "submission_started":
                     sub_.started = True
+                if event["type"] == "steered":
+                    self.steered_level = event.get("thinkingLevel")
                 if sub_ is not None and event["type"] == "settled":
                     sub_.settled = True
                     sub_.done.set()

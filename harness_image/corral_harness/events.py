@@ -4,6 +4,8 @@ Every event has `offset` (its index in the conversation's stream), `type`, `subm
 and `ts` (seconds since the epoch, for latency figures). The types and their own fields:
 
 - `submission_started`: the submission became the active one of its conversation.
+- `turn_started` {runId, requestedLoop, thinkingLevel}: the turn's ledger opened (docs/ledger.md).
+- `steered` {thinkingLevel, message?}: a steer was applied before the next model request.
 - `message` {role, content, stopReason, usage}: one complete assistant message at message_end;
   `content` is a list of Anthropic content blocks. It is also emitted with the partial content
   when an abort cut the stream (stopReason `aborted`).
@@ -18,8 +20,8 @@ and `ts` (seconds since the epoch, for latency figures). The types and their own
 - `settled` {status, error?, usage?, text, receipt}: the submission's settlement; `status` is
   completed | ended | failed | aborted; `text` is the run's final assistant text; `usage` is
   {input, output, cacheRead, cacheWrite, cost} summed over its model answers (absent when the
-  model never answered); `receipt` is {model, thinkingLevel, steps, toolsRun, toolsBlocked,
-  layerTokens} (absent when the submission never started).
+  model never answered); `receipt` is the turn's ledger, `corral_api.wire.TurnReceipt`
+  (docs/ledger.md; absent when the submission never started).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from typing import Any, Final, Literal
 
 EventType = Literal[
     "submission_started",
+    "turn_started",
+    "steered",
     "message",
     "tool_start",
     "tool_end",

@@ -81,6 +81,7 @@ class ModelRequestPlan:
     call_only_lines: list[str] = field(default_factory=list)
     # When set, the provider is not called and the turn stops with this reason.
     stop_reason: str | None = None
+    stop_error: str = "context_overflow"  # the settlement's error type when stopped
     # A compaction summary to write back into the transcript as its own marked entry.
     compaction: dict[str, Any] | None = None
     layer_tokens: dict[str, int] = field(default_factory=dict)
@@ -192,6 +193,11 @@ class Survey:
     files: list[FoundFile]  # `find`'s answer
     entries: list[DirEntry]  # the root's
     git_head: str | None  # the text of .git/HEAD, when the root holds one
+    # The change signal: moves whenever any of the above differs from the last survey's (or a
+    # file is too recently changed to trust its fingerprint). `unchanged`: the caller's `since`
+    # is still current, and files, entries and git_head are left empty.
+    generation: int = 0
+    unchanged: bool = False
 
 
 @dataclass(frozen=True)
@@ -251,8 +257,16 @@ class Workspace(PathClassifier, Protocol):
 
     async def list_dir(self, path: str) -> list[DirEntry]: ...
 
-    async def survey(self, name: str, known: Mapping[str, Fingerprint], max_bytes: int) -> Survey:
-        """`find`, the root's entries and .git/HEAD, in one round trip to the exec service."""
+    async def survey(
+        self, name: str, known: Mapping[str, Fingerprint], max_bytes: int, since: int = 0
+    ) -> Survey:
+        """`find`, the root's entries and .git/HEAD, in one round trip to the exec service;
+        only `unchanged` when `since` is still the generation."""
+        ...
+
+    def survey_generation(self, name: str) -> int | None:
+        """The survey generation of `name` as the last command left the tree (the workspace
+        scans once a command has exited); None before any survey of that name."""
         ...
 
     async def run(

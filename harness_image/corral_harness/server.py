@@ -2,16 +2,16 @@
 
 Auth: when a token file is configured every route but `/readyz` wants `Authorization: Bearer
 <token>`. Bad input is a 400 with a reason; an unknown conversation is a 404 on both views.
-The SDK adapter is imported in the background once the server listens, so `/readyz` is quick.
-With CORRAL_EXEC_SOCKET set, the working tools, /checks and the policy's path checks go to the
-tools container's exec service, and `/readyz` waits for it.
+The engine adapter (CORRAL_ENGINE, see `engine/choice.py`) is loaded once the server listens;
+`/readyz` answers 200 only once a turn could start: the engine is loaded and, with
+CORRAL_EXEC_SOCKET set (the working tools, /checks and the policy's path checks go to the tools
+container's exec service), the exec service answers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
-import importlib
 import json
 import logging
 import re
@@ -27,7 +27,14 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral_api.kinds import AgentSpec
-from corral_api.wire import AbortRequest, AdmitRequest
+from corral_api.wire import (
+    AbortRequest,
+    AdmitRequest,
+    EndRequest,
+    EndResponse,
+    SteerRequest,
+    SteerResponse,
+)
 from corral_common.catalog import UnknownModel, resolve_model
 
 from . import metrics
@@ -37,9 +44,12 @@ from .conversations import Conversation, Registry, Submission, new_submission_id
 from .custodian_client.approvals import CustodianApprovalPort
 from .custodian_client.menu import MenuClient
 from .default_policy import DefaultPolicy
+from .delivery import TurnDelivery
+from .engine.choice import engine_loader as chosen_engine_loader
 from .engine.seam import EngineAdapter
 from .local_approvals import FileApprovalPort
-from .seams import ApprovalPort, TurnPolicy, Workspace
+from .seams import ApprovalPort, TurnContext, TurnPolicy, Workspace
+from .telemetry import TRACING
 from .tools import LocalWorkspace, WorkingTools
 from .tools._exec_client import ExecWorkspace
 from .turn import Turn, TurnDeps
@@ -81,36 +91,6 @@ class BearerToken:
         await self.app(scope, receive, send)
 
 
-def sdk_engine_loader(config: HarnessConfig) -> Callable[[], Awaitable[EngineAdapter]]:
-    """Import the SDK adapter once, in a thread, and hand out engines built from config."""
-    loaded: asyncio.Future[EngineAdapter] | None = None
-
-    def _import() -> EngineAdapter:
-        module = importlib.import_module("corral_harness.engine.anthropic_engine")
-        settings = module.EngineSettings(
-            base_url=config.model_base_url,
-            retries=config.model_retries,
-            backoff_seconds=config.retry_backoff_seconds,
-            idle_seconds=config.stream_idle_seconds,
-            stream_cap_seconds=config.stream_cap_seconds,
-            **({"api_key": credential} if (credential := config.custodian_credential()) else {}),
-        )
-        engine_class = module.AnthropicEngine
-
-        def make() -> Any:
-            return engine_class(settings)
-
-        return make
-
-    async def get() -> EngineAdapter:
-        nonlocal loaded
-        if loaded is None:
-            loaded = asyncio.ensure_future(asyncio.to_thread(_import))
-        return await loaded
-
-    return get
-
-
 def _approval_port(config: HarnessConfig) -> ApprovalPort:
     """The custodian in a pod (Approval resources); a local file store without one."""
     if config.custodian_url:
@@ -139,8 +119,14 @@ def create_app(
     token = config.token_file.read_text().strip() if config.token_file else None
     if config.token_file and not token:
         raise ValueError(f"the wire token file {config.token_file} is empty")
-    engine_loader = engine or sdk_engine_loader(config)
+    engine_loader = engine or chosen_engine_loader(config)
+    engine_warm: list[asyncio.Future[EngineAdapter]] = []  # the load started at boot
     menu = MenuClient(config.custodian_url, credential=config.custodian_credential())
+    # A read-only session changes nothing, so it commits and delivers nothing.
+    delivery: TurnDelivery | None = None
+    if not config.read_only:
+        credential = config.custodian_credential()
+        delivery = TurnDelivery(workspace, config.custodian_url, credential=credential)
     deps = TurnDeps(
         policy=policy or DefaultPolicy(),
         approvals=approvals or _approval_port(config),
@@ -153,6 +139,7 @@ def create_app(
         read_only=config.read_only,
         pick_sweep_seconds=config.pick_sweep_seconds,
         records_dir=config.state_dir / "turns",
+        delivery=delivery,
     )
     registry = Registry(config.state_dir, Turn(deps), durable=config.durable)
 
@@ -160,14 +147,21 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         config.state_dir.mkdir(parents=True, exist_ok=True)
         registry.load()
-        # Warm the SDK adapter off the event loop; the first submission awaits it if needed.
-        warm = asyncio.get_running_loop().call_later(
-            0.05, lambda: asyncio.ensure_future(engine_loader())
+        # Load the engine as soon as the server listens (the SDK's import goes to a thread and
+        # would slow the bind); the first submission awaits the same load, /readyz reports it.
+        warm = asyncio.get_running_loop().call_soon(
+            lambda: engine_warm.append(asyncio.ensure_future(engine_loader()))
         )
+        if TRACING.wanted():
+            # The OTLP exporter's import (~0.1 s) goes to a thread, off the first request.
+            asyncio.get_running_loop().run_in_executor(None, TRACING.configured)
         yield
         warm.cancel()
+        TRACING.shutdown()  # flushes the spans still batched
         await registry.close()
         await menu.close()
+        if delivery is not None:
+            await delivery.aclose()
         if isinstance(workspace, ExecWorkspace):
             await workspace.aclose()
 
@@ -189,7 +183,13 @@ def create_app(
 
     @app.get("/readyz")
     async def readyz() -> Response:
-        # A turn cannot start before the tools container's exec service answers.
+        # A turn cannot start before its engine is loaded...
+        if not engine_warm or not engine_warm[0].done():
+            return JSONResponse({"ready": False, "reason": "the model engine"}, status_code=503)
+        if engine_warm[0].exception() is not None:
+            reason = f"the model engine failed to load: {engine_warm[0].exception()}"
+            return JSONResponse({"ready": False, "reason": reason}, status_code=503)
+        # ...nor before the tools container's exec service answers.
         if isinstance(workspace, ExecWorkspace) and not await workspace.healthy():
             return JSONResponse({"ready": False, "reason": "the exec service"}, status_code=503)
         return JSONResponse({"ready": True})
@@ -241,8 +241,9 @@ def create_app(
             resolve_model(model)
         except UnknownModel as exc:
             return _error(400, "unknown_model", str(exc))
-        thinking = body.thinkingLevel or spec.thinking_level
         conv = conv or registry.create(agent, conversation)
+        # A level a steer set holds for the turns after it (a wait keeps its level).
+        thinking = body.thinkingLevel or conv.steered_level or spec.thinking_level
         again = conv.by_key.get(body.idempotencyKey) if body.idempotencyKey else None
         if again is not None:
             # The caller lost our answer (say, its ledger write failed): the same submission.
@@ -261,7 +262,21 @@ def create_app(
             spec,
             body.turn,
             idempotency_key=body.idempotencyKey,
+            output_schema=body.outputSchema,
+            run_id=body.runId,
+            plan=body.plan,
+            decide_then_act=bool(body.decideThenAct),
+            replies=list(body.replies or []),
         )
+        if body.runId:
+            log.info(
+                "admitted %s/%s submission %s run %s",
+                agent,
+                conversation,
+                sub.id,
+                body.runId,
+                extra={"runId": body.runId},
+            )
         offset = conv.admit(sub)
         await conv.durable()  # an answered admission survives a crash
         return JSONResponse(
@@ -307,6 +322,62 @@ def create_app(
         except ValueError:
             pass
         return JSONResponse({"aborted": await conv.abort(cause, submission_id)})
+
+    @app.post("/agents/{agent}/{conversation}/steer")
+    async def steer(agent: str, conversation: str, request: Request) -> Response:
+        """A later message of the turn in flight, and/or a new thinking level (docs/ledger.md)."""
+        found = lookup(agent, conversation)
+        if isinstance(found, JSONResponse):
+            return found
+        try:
+            body = SteerRequest.model_validate(json.loads(await request.body() or b"null"))
+        except ValueError as exc:
+            reason = _reason(exc) if isinstance(exc, ValidationError) else f"invalid JSON: {exc}"
+            return _error(400, "bad_request", reason)
+        sub = found.steer(body.message, body.thinkingLevel, body.submissionId)
+        if sub is None:
+            which = f"submission {body.submissionId}" if body.submissionId else "no turn"
+            return _error(409, "no_turn", f"{which} is not running in {agent}/{conversation}")
+        return JSONResponse(SteerResponse(steered=True, submissionId=sub.id).model_dump())
+
+    ended: set[tuple[str, str]] = set()
+
+    @app.post("/agents/{agent}/{conversation}/end")
+    async def end(agent: str, conversation: str, request: Request) -> Response:
+        """The session is over (the driver says so once): run the sessionEnd hooks, once."""
+        bad = names_ok(agent, conversation)
+        if bad is not None:
+            return bad
+        try:
+            body = EndRequest.model_validate(json.loads(await request.body() or b"{}"))
+        except ValueError as exc:
+            reason = _reason(exc) if isinstance(exc, ValidationError) else f"invalid JSON: {exc}"
+            return _error(400, "bad_request", reason)
+        conv = registry.get(agent, conversation)
+        spec = body.agent or _previous_agent(conv)
+        if conv is None or spec is None or (agent, conversation) in ended:
+            return JSONResponse(EndResponse(ended=False).model_dump(exclude_none=True))
+        ended.add((agent, conversation))
+        session_end = getattr(deps.policy, "session_end", None)
+        if session_end is None:
+            return JSONResponse(EndResponse(ended=True).model_dump(exclude_none=True))
+        ctx = TurnContext(
+            conversation=conv.id,
+            submission_id="",
+            agent=spec,
+            model=spec.model,
+            thinking_level=spec.thinking_level,
+            granted_root=workspace.root,
+            read_only=config.read_only,
+            context_window=0,
+            max_output_tokens=0,
+            memory_scope=conv.agent,
+        )
+        outcome = await session_end(ctx, phase=body.phase)
+        answer = EndResponse(
+            ended=True, denied=outcome.denied, reason=outcome.reason if outcome.denied else None
+        )
+        return JSONResponse(answer.model_dump(exclude_none=True))
 
     @app.post("/checks")
     async def checks(request: Request) -> Response:

@@ -19,11 +19,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from corral_api.kinds import SettlementStatus, ThinkingLevel
+from corral_common import logs
 from corral_common.catalog import ModelInfo, clamp_output_tokens, cost_usd, resolve_model
 
 from . import metrics
 from .conversations import Conversation, Submission, SweepStatus
 from .custodian_client.menu import MenuClient, MenuUnavailable
+from .delivery import TurnDelivery, task_of
 from .engine.messages import for_provider, text_of, tool_result_block
 from .engine.seam import (
     ALLOW,
@@ -42,10 +44,15 @@ from .engine.seam import (
     Usage,
 )
 from .events import summarise, usage_fields
+from .ledger import Layer, Outcome, TurnLedger
 from .memory import KEEP_TURNS, prune_turn_records
+from .policy.structured import check_output, schema_instruction, send_back_reason
 from .policy.tool_search import TOOL_SEARCH_NAME
-from .seams import ApprovalPort, ToolCall, ToolSpec, TurnContext, TurnPolicy
+from .seams import ApprovalPort, ToolCall, ToolSpec, TurnContext, TurnPolicy, TurnVerdict
+from .telemetry import TRACING, RunTrace
 from .tools import ToolResult, WorkingTools
+from .turnshape.plan import PlanBook
+from .turnshape.shaper import Finish, TurnShape
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +71,9 @@ class TurnDeps:
     pick_sweep_seconds: float
     # Per-turn receipts, `<records_dir>/<conversation>/turn-<N>.json`; the last 20 are kept.
     records_dir: Path | None = None
+    # Commits what the agent left and asks the custodian to push it, before each settlement
+    # (docs/delivery.md); None: nothing is committed.
+    delivery: TurnDelivery | None = None
 
 
 class _Run:
@@ -90,12 +100,25 @@ class _Run:
         self.usage: Usage | None = None
         self.last_text = ""
         self.last_step_at = time.perf_counter()
-        # The receipt (seed 003's ledger, the harness's part): what ran, what was blocked.
-        self.steps = 0
-        self.tools_run: list[str] = []
-        self.tools_blocked: list[str] = []
+        # The turn's ledger (docs/ledger.md): the loop and the tool runner append their own
+        # entries; the receipt is made from it at settlement.
+        self.ledger = TurnLedger()
+        self.ledger.set_requested_loop(sub.agent.loop)
+        self.token_layer: Layer = "reactive"  # the layer a model answer's tokens are booked to
+        self.steps = 0  # tool calls started: what the runaway watch counts
+        self.tokens = 0  # input + output over the turn's model calls, for the watch
+        self.runaway = ""  # why the runaway watch stopped the turn
+        self.engine: Any = None  # the engine running now (the watch aborts it)
+        self.job: EngineJob | None = None
+        self._steers: list[tuple[str | None, ThinkingLevel | None]] = []
+        self.trace: RunTrace = TRACING.run(ctx.run_id or sub.id, conv.id, info.name)
         self._allowed: set[str] = set()  # call ids that passed before_tool_call
         self.layer_tokens: dict[str, int] = {}
+        self.output: Any = None  # the final answer, validated against the outputSchema
+        # The settlement held while the turn's work is delivered (status, error).
+        self.pending: tuple[SettlementStatus, dict[str, str] | None] | None = None
+        # The turn's phases, route and plan (docs/turns.md); set before the first model call.
+        self.shape: TurnShape | None = None
 
     # --------------------------------------------------------------------------- the hooks
 
@@ -103,23 +126,79 @@ class _Run:
         # The conversation's transcript is what the policy assembles from: it holds everything
         # the engine holds (written as it happened) plus compaction entries. (A steer through
         # the turn must be written to the transcript as well as given to the engine.)
+        self._apply_steers()  # a steer is written here, right before the next request
         return list(self.conv.transcript)
 
     async def before_request(self, messages: list[dict[str, Any]]) -> RequestPlan:
+        if self.runaway:
+            raise StopRun(self.runaway, "runaway")
         plan = await self.deps.policy.prepare_request(self.ctx, messages)
         self.layer_tokens = dict(plan.layer_tokens)
         if plan.stop_reason:
-            raise StopRun(plan.stop_reason)
+            raise StopRun(plan.stop_reason, plan.stop_error)
         if plan.compaction is not None:
             # A marked user message the next assembly recognises; appended, never sent as is.
             self.conv.add_message(plan.compaction)
         system = plan.system
         if plan.call_only_lines:
             system = system + "\n\n" + "\n".join(plan.call_only_lines)
+        if self.sub.output_schema is not None:
+            # Every generation is told the answer's shape; never written to the transcript.
+            system = system + "\n\n" + schema_instruction(self.sub.output_schema)
+        self.trace.model_call(self.steps)
         return RequestPlan(system=system, messages=for_provider(plan.messages))
+
+    # --------------------------------------------------------------------------- steering
+
+    def steer(self, message: str | None, thinking: ThinkingLevel | None) -> None:
+        """A later message of this turn (and/or a new thinking level), applied before the next
+        model request: between tool calls it would split a call from its result."""
+        self._steers.append((message, thinking))
+
+    def _apply_steers(self) -> None:
+        while self._steers:
+            message, thinking = self._steers.pop(0)
+            if thinking is not None and thinking != self.ctx.thinking_level:
+                self.ctx = replace(self.ctx, thinking_level=thinking)
+                if self.job is not None:
+                    self.job.thinking_level = thinking  # read by every later request
+            if message is not None:
+                self.conv.add_message(
+                    {"role": "user", "content": [{"type": "text", "text": message}]}
+                )
+            self._event(
+                "steered",
+                thinkingLevel=self.ctx.thinking_level,
+                **({"message": message} if message is not None else {}),
+            )
+
+    # --------------------------------------------------------------------------- runaway watch
+
+    def _watch(self) -> None:
+        """The runaway watch: past either per-turn cap the run stops, the call that tripped it
+        and those after it get the did-not-run answer, and the turn settles `runaway`."""
+        if self.runaway:
+            return
+        limits = self.sub.agent.limits
+        if self.steps > limits.max_steps_per_turn:
+            self.runaway = (
+                f"the turn started more than {limits.max_steps_per_turn} tool calls "
+                "(spec.limits.maxStepsPerTurn)"
+            )
+        elif self.tokens > limits.max_tokens_per_turn:
+            self.runaway = (
+                f"the turn spent {self.tokens} tokens, over {limits.max_tokens_per_turn} "
+                "(spec.limits.maxTokensPerTurn)"
+            )
+        if self.runaway and self.engine is not None:
+            self.engine.abort()
 
     async def before_tool_call(self, call: ToolCall) -> ToolGate:
         spec = self.specs[call.name]
+        if self.shape is not None and (off := self.shape.refusal(spec)) is not None:
+            # Not a step of the current phase: an error result, recorded, never run.
+            self._event("step_rejected", toolUseId=call.id, name=call.name, reason=off)
+            return self._blocked(call, "deny", off)
         if self.turn_over:
             return self._blocked(call, "deny", "This call did not run: a pick ended the turn.")
         if self.halted:
@@ -145,7 +224,7 @@ class _Run:
                 reason=decision.reason,
             )
             if not await self._approved(call, decision.reason):
-                self.tools_blocked.append(call.name)
+                self.ledger.tool_blocked(call.name, "a human denied it")
                 return ToolGate(block=f"A human denied this call of {call.name}.")
         if spec.pick:
             self.picked_in_answer = True
@@ -162,16 +241,18 @@ class _Run:
             self._on_message(event)
             await self._after_generation(event.message)
         elif isinstance(event, ToolStart):
+            self.steps += 1
+            self._watch()
             self._event(
                 "tool_start", toolUseId=event.call.id, name=event.call.name, input=event.call.input
             )
+            self.trace.tool_start(event.call.id, event.call.name)
         elif isinstance(event, ToolEnd):
             await self._on_tool_end(event.call, event.result)
         elif isinstance(event, StepBoundary):
             now = time.perf_counter()
             metrics.STEP_SECONDS.observe(now - self.last_step_at)
             self.last_step_at = now
-            self.steps = event.step
             self._event("step_boundary", step=event.step)
 
     def _on_message(self, event: MessageEnd) -> None:
@@ -181,8 +262,14 @@ class _Run:
         if event.usage is not None:
             self.usage = _add(self.usage, event.usage)
             usage = self._usage_fields(event.usage)
+            self.tokens += event.usage.input + event.usage.output
+            self.ledger.add_tokens(self.token_layer, event.usage)
+            self.trace.model_done(event.usage.input, event.usage.output, event.stop_reason)
             metrics.TOKENS.labels("input").inc(event.usage.input)
             metrics.TOKENS.labels("output").inc(event.usage.output)
+            self._watch()
+        else:
+            self.trace.model_done(0, 0, event.stop_reason)
         metrics.MODEL_REQUESTS.inc()
         if message["content"]:
             self.conv.add_message(message)
@@ -209,7 +296,14 @@ class _Run:
     async def _on_tool_end(self, call: ToolCall, result: ToolResult) -> None:
         self.conv.add_tool_result(tool_result_block(call.id, result.content, result.is_error))
         if call.id in self._allowed:
-            self.tools_run.append(call.name)
+            self.ledger.tool_run(call.name)
+        if self.shape is not None and self.shape.collect is not None:
+            # A checked step (a plan step, the oneTool call): its results are what the check
+            # reads. The reactive loop collects nothing.
+            self.shape.tool_ended(call, result)
+            if call.id in self._allowed:
+                self.shape.one_tool_done()
+        self.trace.tool_end(call.id, error="tool_error" if result.is_error else None)
         metrics.TOOL_CALLS.labels(call.name, str(result.is_error).lower()).inc()
         spec = self.specs.get(call.name)
         # The driver sends the pick sweep when a pick's answer says the turn is over.
@@ -231,7 +325,7 @@ class _Run:
         self.conv.emit(type_, self.sub.id, **fields)
 
     def _blocked(self, call: ToolCall, outcome: Literal["deny", "ask"], reason: str) -> ToolGate:
-        self.tools_blocked.append(call.name)
+        self.ledger.tool_blocked(call.name, reason)
         self._event(
             "tool_blocked", toolUseId=call.id, name=call.name, outcome=outcome, reason=reason
         )
@@ -264,14 +358,61 @@ class _Run:
         return None if self.usage is None else self._usage_fields(self.usage)
 
     def settle(self, status: SettlementStatus, error: dict[str, str] | None = None) -> None:
+        if self.deps.delivery is not None:
+            # Held until the work is committed and delivered (`release`), so the settlement
+            # the operator reads comes after the custodian's delivery record.
+            self.pending = (status, error)
+            return
+        self._settle_now(status, error)
+
+    async def deliver(self) -> str | None:
+        """Commit what the agent left and have the custodian push it; the revision."""
+        if self.deps.delivery is None:
+            return None
+        return await self.deps.delivery.end_turn(
+            agent=self.conv.agent,
+            conversation=self.conv.id,
+            submission=self.sub.id,
+            task=task_of(self.conv.transcript),
+            answer=self.last_text,
+        )
+
+    async def release(self) -> None:
+        """Deliver, then publish the settlement `settle` held."""
+        if self.pending is None:
+            return
+        try:
+            await self.deliver()
+        except Exception:  # the settlement must go out whatever delivery does
+            log.exception("delivering the turn's work failed")
+        status, error = self.pending
+        self.pending = None
+        self._settle_now(status, error)
+
+    def add_side_usage(self, layer: str, usage: Usage) -> None:
+        """A side call's model answer (the classifier, the planner): the submission's usage and
+        the ledger's layer, never the transcript."""
+        self.usage = _add(self.usage, usage)
+        self.tokens += usage.input + usage.output
+        self.ledger.add_tokens(layer, usage)  # type: ignore[arg-type]
+
+    def _settle_now(self, status: SettlementStatus, error: dict[str, str] | None) -> None:
+        if self.shape is not None:
+            self.shape.close(status)
+        self._close_ledger(status)
         receipt = {
+            **self.ledger.to_receipt(),
             "model": self.info.name,
             "thinkingLevel": self.ctx.thinking_level,
             "steps": self.steps,
-            "toolsRun": self.tools_run,
-            "toolsBlocked": self.tools_blocked,
-            "layerTokens": self.layer_tokens,
+            "contextTokens": self.layer_tokens,
         }
+        self.trace.end(
+            status,
+            error_type=error["type"] if error else None,
+            tokens=self.tokens,
+            steps=self.steps,
+        )
         self.conv.settle(
             self.sub,
             status,
@@ -279,8 +420,25 @@ class _Run:
             usage=self.settlement_usage(),
             text=self.last_text,
             receipt=receipt,
+            output=self.output if status == "completed" else None,
+            extra=self.shape.status_fields() if self.shape is not None else None,
         )
         self._write_record(status, receipt)
+
+    def _close_ledger(self, status: SettlementStatus) -> None:
+        """The loop's last entries, unless a handler already wrote them: the answer and the
+        terminal phase, and the outcome the settlement implies."""
+        ledger = self.ledger
+        terminal = {"completed": "done", "ended": "done", "failed": "failed", "aborted": "stopped"}
+        if ledger.latest("phase") not in ("done", "failed", "stopped"):
+            if status == "completed" and self.last_text and ledger.latest("phase") != "answer":
+                ledger.phase("answer")
+            ledger.phase(terminal[status])
+        if ledger.latest("outcome") is None:
+            outcome: Outcome = "success" if status in ("completed", "ended") else "abstain"
+            if outcome == "abstain" and ledger.to_receipt()["toolsRun"]:
+                outcome = "partial"  # some work was done before it stopped
+            ledger.set_outcome(outcome)
 
     def _write_record(self, status: SettlementStatus, receipt: dict[str, Any]) -> None:
         """Keep the turn's receipt on the state volume; records past the last 20 go."""
@@ -313,8 +471,20 @@ class Turn:
 
     def __init__(self, deps: TurnDeps) -> None:
         self.deps = deps
+        # Each conversation's plan (docs/turns.md), kept across its turns in this process.
+        self.plans: dict[str, PlanBook] = {}
 
     async def __call__(self, conv: Conversation, sub: Submission) -> None:
+        runs: list[_Run] = []
+        # Every line logged while this submission runs names its run (docs/observability.md).
+        with logs.bound(runId=sub.run_id or sub.id):
+            try:
+                await self._submission(conv, sub, runs)
+            finally:
+                for run in runs:
+                    await run.release()
+
+    async def _submission(self, conv: Conversation, sub: Submission, runs: list[_Run]) -> None:
         deps = self.deps
         info = resolve_model(sub.model)
         thinking: ThinkingLevel = sub.thinking_level  # type: ignore[assignment]
@@ -329,7 +499,7 @@ class Turn:
             read_only=deps.read_only,
             context_window=info.context_window,
             max_output_tokens=max_output,
-            run_id=sub.id,
+            run_id=sub.run_id or sub.id,
             memory_scope=conv.agent,
         )
         context = list(conv.transcript)
@@ -346,18 +516,56 @@ class Turn:
         visible = deps.policy.visible_tools(ctx, catalog)
         specs = {spec.name: spec for spec in visible}
         run = _Run(deps, conv, sub, ctx, specs, info)
+        runs.append(run)
+        sub.steer_to = run.steer
+        run._event(
+            "turn_started",
+            runId=ctx.run_id,
+            requestedLoop=run.ledger.latest("requested_loop"),
+            thinkingLevel=thinking,
+        )
         tools = [EngineTool(spec, self._executor(spec, conv.id, run)) for spec in visible]
         adapter = await deps.engine()
+
+        async def run_job(job: EngineJob, hooks: Any, listener: Any) -> Any:
+            engine = adapter()
+            run.engine, run.job = engine, job
+            outcome = await self._run_engine(engine, job, run, sub, hooks, listener)
+            if hooks is run:
+                for call in outcome.unanswered:
+                    conv.add_tool_result(tool_result_block(call.id, DID_NOT_RUN, True))
+            return outcome
+
+        workspace = getattr(deps.tools, "workspace", None)
+        run.shape = TurnShape(run, run_job, self.plans, workspace)
+        begun = await run.shape.begin(adapter, tools)
+        if isinstance(begun, Finish):
+            run.settle(begun.status, begun.error)  # type: ignore[arg-type]
+            return
 
         prompt = sub.message
         for attempt in range(SEND_BACKS + 1):
             engine = adapter()
-            job = EngineJob(conv.id, info, thinking, "", tools, context, prompt, max_output)
+            job = EngineJob(
+                conv.id,
+                info,
+                run.ctx.thinking_level,
+                "",
+                tools,
+                context,
+                prompt,
+                max_output,
+                run_id=ctx.run_id,
+            )
+            run.engine, run.job = engine, job
             outcome = await self._run_engine(engine, job, run, sub)
             for call in outcome.unanswered:
                 conv.add_tool_result(tool_result_block(call.id, DID_NOT_RUN, True))
             if sub.sweep.done():
                 break
+            if run.runaway:
+                run.settle("failed", {"type": "runaway", "message": run.runaway})
+                return
             if run.halted:
                 run.settle("failed", {"type": "hook_denied", "message": run.halted})
                 return
@@ -370,21 +578,50 @@ class Turn:
             if outcome.status == "aborted":
                 run.settle("aborted", _aborted_error("aborted", "the run was aborted by a hook"))
                 return
-            verdict = await deps.policy.after_turn(ctx, run.last_text)
+            failure = "turn_rejected"
+            verdict = self._check_output(sub, run, attempt)
+            if verdict is None:
+                verdict = await deps.policy.after_turn(ctx, run.last_text)
+            else:
+                failure = "output_invalid"
             if verdict.accept:
                 run.settle("completed")
                 return
             if verdict.stop or attempt == SEND_BACKS:
-                run.settle("failed", {"type": "turn_rejected", "message": verdict.reason})
+                run.settle("failed", {"type": failure, "message": verdict.reason})
                 return
+            run.shape.sent_back(verdict.reason)
             context = list(conv.transcript)
             prompt = f"The turn is not done yet: {verdict.reason}"
             conv.add_message({"role": "user", "content": [{"type": "text", "text": prompt}]})
         status = sub.sweep.result()
         run.settle(status, _aborted_error(status))
 
-    async def _run_engine(self, engine: Any, job: EngineJob, run: _Run, sub: Submission) -> Any:
-        task = asyncio.ensure_future(engine.run(job, run, run.listen))
+    @staticmethod
+    def _check_output(sub: Submission, run: _Run, attempt: int) -> TurnVerdict | None:
+        """The structured-output check, before the policy's own after-turn verdict: None when the
+        answer is valid (or no schema was given), else the verdict that sends it back."""
+        if sub.output_schema is None:
+            return None
+        output, errors = check_output(run.last_text, sub.output_schema)
+        if not errors:
+            run.output = output
+            return None
+        reason = send_back_reason(errors)
+        if attempt == SEND_BACKS:
+            reason += f" (sent back {SEND_BACKS} times; stopping)"
+        return TurnVerdict(accept=False, reason=reason)
+
+    async def _run_engine(
+        self,
+        engine: Any,
+        job: EngineJob,
+        run: _Run,
+        sub: Submission,
+        hooks: Any = None,
+        listener: Any = None,
+    ) -> Any:
+        task = asyncio.ensure_future(engine.run(job, hooks or run, listener or run.listen))
         sweep_watch = asyncio.ensure_future(asyncio.shield(sub.sweep))
         try:
             done, _ = await asyncio.wait({task, sweep_watch}, return_when=asyncio.FIRST_COMPLETED)
@@ -410,6 +647,9 @@ class Turn:
         if spec.kind == "menu":
 
             async def call_menu(args: dict[str, Any]) -> ToolResult:
+                if spec.name.endswith("spawn_child"):
+                    # A child starts from this working copy as it stands: deliver it first.
+                    await run.deliver()
                 answer = await self.deps.menu.invoke(conversation, spec.name, args, run.sub.id)
                 if spec.pick and answer.ends_turn:
                     run.turn_over = True

@@ -12,9 +12,10 @@ import httpx
 from pydantic import ValidationError
 
 from corral_api.kinds import Usage
-from corral_api.wire import CustodianUsage
+from corral_api.wire import CustodianDelivery, CustodianUsage
 
 USAGE_PATH = "/v1/usage"
+DELIVERY_PATH = "/v1/delivery"
 
 
 class CustodianUnavailable(Exception):
@@ -55,3 +56,30 @@ def status_usage(record: CustodianUsage) -> Usage:
         cache_write_tokens=spent.cacheWrite,
         cost=spent.cost,
     )
+
+
+async def read_delivery(
+    base_url: str,
+    token: str,
+    *,
+    transport: httpx.AsyncBaseTransport | None = None,
+    timeout: float = 10.0,
+) -> CustodianDelivery:
+    """The custodian's delivery record (docs/delivery.md), on the same port and token."""
+    try:
+        async with httpx.AsyncClient(
+            base_url=base_url, transport=transport, timeout=timeout
+        ) as client:
+            answer = await client.get(DELIVERY_PATH, headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError as err:
+        raise CustodianUnavailable(f"{base_url}{DELIVERY_PATH}: {err!r}") from None
+    if answer.status_code != 200:
+        raise CustodianUnavailable(
+            f"{base_url}{DELIVERY_PATH} answered {answer.status_code}: {answer.text[:200]}"
+        )
+    try:
+        return CustodianDelivery.model_validate(answer.json())
+    except (ValueError, ValidationError) as err:
+        raise CustodianUnavailable(
+            f"{base_url}{DELIVERY_PATH}: not a delivery record: {err}"
+        ) from None

@@ -27,6 +27,7 @@ _PLURALS = {
     "Goal": "goals",
     "Evidence": "evidences",
     "Approval": "approvals",
+    "Freeze": "freezes",
 }
 
 

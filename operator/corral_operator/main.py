@@ -7,17 +7,26 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import kopf
 
+from corral_common import logs
+
 from . import handlers
+from .archive import FileArchive
+from .archive.server import start_archive_reader
+from .diffbase import LeanAnnotationsDiffBaseStorage
 from .kube import Kube
+from .metrics import parse_address
 from .runtime import Runtime
 from .settings import EgressTarget, OperatorSettings
 
 _SETTINGS = OperatorSettings()
 _KUBECONFIG: str | None = None
+_ARCHIVE_LISTEN: tuple[str, int] | None = None
+_METRICS_ADDR = ""
 
 
 def _egress(text: str) -> EgressTarget:
@@ -66,6 +75,24 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--kube-api-url", default=d.kube_api_url)
     p.add_argument("--kube-ca-configmap", default=d.kube_ca_configmap, help="'' for none")
     p.add_argument("--model-upstream-url", default=d.model_upstream_url)
+    p.add_argument(
+        "--model-catalog-configmap",
+        default=d.model_catalog_configmap,
+        help="ConfigMap (in each Session's namespace) with the model catalog overlay, key "
+        "models.json; mounted into every sandbox's harness and custodian ('' for none)",
+    )
+    p.add_argument(
+        "--memory-dsn-file",
+        type=_memory_dsn,
+        default=None,
+        help="file holding the PostgreSQL DSN of the long-term memory store (docs/memory.md); "
+        "copied into each sandbox's Secret for its custodian alone",
+    )
+    p.add_argument(
+        "--otlp-endpoint",
+        default=None,
+        help="OTLP/HTTP endpoint the sandboxes' harnesses send traces to (docs/tracing.md)",
+    )
     p.add_argument("--platform-egress", action="append", type=_egress, default=[])
     p.add_argument("--no-dns-egress", action="store_true")
     p.add_argument(
@@ -89,7 +116,52 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="development aid for local clusters: resolve a relative workspace.repo against "
         "this directory on the node (off by default: relative repos are refused)",
     )
+    p.add_argument(
+        "--archive-dir",
+        default=None,
+        help="archive each Session's transcript and receipts here before its pod goes "
+        "(docs/history.md; the chart mounts a PersistentVolumeClaim)",
+    )
+    p.add_argument(
+        "--archive-deadline-seconds",
+        type=float,
+        default=OperatorSettings().archive_deadline_seconds,
+        help="how long after a Session finished its pod waits for a failing archive",
+    )
+    p.add_argument(
+        "--archive-listen",
+        type=_archive_listen,
+        default=None,
+        metavar="HOST:PORT",
+        help="serve the archive reader (people's transcripts, live or archived) here",
+    )
     p.add_argument("--liveness", default="http://0.0.0.0:8080/healthz")
+    p.add_argument(
+        "--console-addr",
+        default="",
+        metavar="HOST:PORT",
+        help="serve the console (people's read API and web pages, docs/console.md) here; "
+        "'' for none",
+    )
+    p.add_argument(
+        "--console-secure-cookie",
+        action="store_true",
+        help="mark the console's sign-in cookie Secure (set when it is served over HTTPS)",
+    )
+    p.add_argument(
+        "--metrics-addr",
+        type=_metrics_addr,
+        default=os.environ.get("CORRAL_METRICS_ADDR", ""),
+        help="HOST:PORT to serve Prometheus metrics at /metrics (docs/observability.md); "
+        "'' for none",
+    )
+    p.add_argument(
+        "--log-format",
+        type=_log_format,
+        default=os.environ.get(logs.LOG_FORMAT_ENV, "text"),
+        help="json or text: the operator's lines, and the harness's and custodian's in every "
+        f"sandbox it builds (default ${logs.LOG_FORMAT_ENV}, else text)",
+    )
     p.add_argument("-v", "--verbose", action="store_true")
     args = p.parse_args(argv)
     if not args.namespace and not args.all_namespaces:
@@ -108,6 +180,38 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _archive_listen(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not host or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def _metrics_addr(text: str) -> str:
+    try:
+        return parse_address(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _log_format(text: str) -> logs.LogFormat:
+    try:
+        return logs.parse_format(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _memory_dsn(path: str) -> str:
+    """The DSN in the file (the chart mounts the memory Secret's `dsn` key there)."""
+    try:
+        text = Path(path).read_text().strip()
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot read the memory DSN file: {e}") from e
+    if not text:
+        raise argparse.ArgumentTypeError(f"the memory DSN file {path} is empty")
+    return text
+
+
 def settings_from(args: argparse.Namespace) -> OperatorSettings:
     labels = dict(args.operator_pod_label) or OperatorSettings().operator_pod_labels
     return OperatorSettings(
@@ -120,6 +224,9 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         kube_api_url=args.kube_api_url,
         kube_ca_configmap=args.kube_ca_configmap or None,
         model_upstream_url=args.model_upstream_url,
+        model_catalog_configmap=args.model_catalog_configmap or None,
+        otlp_endpoint=args.otlp_endpoint or None,
+        memory_dsn=args.memory_dsn_file,
         platform_egress=tuple(args.platform_egress),
         allow_dns=not args.no_dns_egress,
         dns_namespace=args.dns_namespace,
@@ -130,6 +237,9 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         fs_group=args.fs_group,
         wire_wait_seconds=args.wire_wait_seconds,
         local_repo_root=args.local_repo_root,
+        archive_dir=args.archive_dir or None,
+        archive_deadline_seconds=args.archive_deadline_seconds,
+        log_format=args.log_format,
     )
 
 
@@ -137,7 +247,7 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
 async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     # kopf keeps its own bookkeeping in annotations: the CRDs' status schemas are closed.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="corral.dev")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = LeanAnnotationsDiffBaseStorage(
         prefix="corral.dev", key="last-handled-configuration"
     )
     settings.persistence.finalizer = "corral.dev/finalizer"
@@ -148,6 +258,12 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None
     settings.scanning.disabled = True
     settings.batching.worker_limit = None
     memo.runtime = Runtime(kube=await Kube.connect(_KUBECONFIG), settings=_SETTINGS)
+    if _SETTINGS.archive_dir:
+        memo.runtime.archive = FileArchive(_SETTINGS.archive_dir)
+    if _ARCHIVE_LISTEN is not None:
+        memo.archive_reader = await start_archive_reader(memo.runtime, *_ARCHIVE_LISTEN)
+    if _METRICS_ADDR:
+        memo.runtime.metrics.serve(_METRICS_ADDR)
 
 
 @kopf.on.login()
@@ -161,24 +277,41 @@ def _login(**kw: Any) -> kopf.ConnectionInfo | None:
 @kopf.on.cleanup()
 async def _cleanup(memo: Any, **_: Any) -> None:
     runtime = getattr(memo, "runtime", None)
+    reader = getattr(memo, "archive_reader", None)
+    if reader is not None:
+        await reader.cleanup()
     if isinstance(runtime, Runtime):
         await runtime.kube.close()
         await runtime.wire_transport.close_pool()
+        runtime.metrics.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    global _SETTINGS, _KUBECONFIG
+    global _SETTINGS, _KUBECONFIG, _METRICS_ADDR, _ARCHIVE_LISTEN
     args = parse_args(argv)
     _SETTINGS = settings_from(args)
     _KUBECONFIG = args.kubeconfig
+    _METRICS_ADDR = args.metrics_addr
+    _ARCHIVE_LISTEN = args.archive_listen
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's own login reads it
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logs.configure(args.log_format, logging.DEBUG if args.verbose else logging.INFO, sys.stderr)
+    if not args.verbose:
+        # A line per wire request and per handler run: with 1,000 Sessions, formatting them
+        # was a measurable part of the operator's CPU. Warnings and errors still show.
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     assert handlers  # importing the package registered every handler
+    if args.console_addr:
+        from .console.serve import start_in_operator
+
+        start_in_operator(
+            args.kubeconfig,
+            None if args.all_namespaces else tuple(args.namespace),
+            args.console_addr,
+            _SETTINGS.harness_port,
+            secure_cookie=args.console_secure_cookie,
+        )
     kopf.run(
         standalone=True,
         clusterwide=args.all_namespaces,

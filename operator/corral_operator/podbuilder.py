@@ -31,6 +31,8 @@ from typing import Any
 
 from corral_api import API_VERSION
 from corral_api.kinds import Agent, Budget, EgressRule, Session
+from corral_common.checkout import CHECKOUT_SCRIPT as CHECKOUT_SCRIPT  # evidencepod uses it
+from corral_common.logs import LOG_FORMAT_ENV
 
 from . import naming
 from .planning.lineage import lowest
@@ -43,6 +45,9 @@ WIRE_DIR = "/var/run/corral/wire"
 WIRE_TOKEN_DIR = WIRE_DIR  # the name earlier callers know
 MODEL_KEY_DIR = "/var/run/corral/model"
 GIT_CREDENTIALS_DIR = "/var/run/corral/git"
+HOOK_SECRET_DIR = "/var/run/corral/hooks"  # credentials.hookSecretRef: http hooks' headers
+MEMORY_DIR = "/var/run/corral/memory"  # the memory store's DSN, for the custodian alone
+MEMORY_DSN_KEY = "memory-dsn"
 KUBE_TOKEN_DIR = "/var/run/corral/kube"
 EXEC_BIN_DIR = "/opt/corral-exec"
 EXEC_BINARY = f"{EXEC_BIN_DIR}/corral-exec"
@@ -51,32 +56,11 @@ EXEC_SOCKET = f"{EXEC_SOCKET_DIR}/exec.sock"
 WIRE_TOKEN_KEY = "token"
 CUSTODIAN_CREDENTIAL_KEY = "custodian"
 POD_IP_ENV = "CORRAL_POD_IP"
+MODEL_CATALOG_DIR = "/etc/corral/catalog"
+MODEL_CATALOG_KEY = "models.json"
 MIN_SECRET_CHARS = 32
 
-# Clone, then put the checkout on the session's branch. Values arrive as positional
-# parameters, never spliced into the script, so a hostile repo or ref cannot inject shell.
-# A retried init container finds what the failed attempt left in the volume, so it starts from
-# an empty directory. The volume's root belongs to root (the kubelet makes it) while this runs
-# as the tools uid: git's ownership check is satisfied for this one directory on the command
-# line (protected configuration, which nothing in the repository can set).
-CHECKOUT_SCRIPT = """set -eu
-repo="$1"; ref="$2"; branch="$3"; dest="$4"; creds="${5:-}"
-find "$dest" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
-if [ -n "$creds" ]; then
-  set -- -c "safe.directory=$dest" -c "credential.helper=store --file=$creds"
-else
-  set -- -c "safe.directory=$dest"
-fi
-git "$@" clone --quiet --no-checkout -- "$repo" "$dest"
-cd "$dest"
-if rev=$(git "$@" rev-parse --verify --quiet "refs/remotes/origin/$ref^{commit}"); then :
-elif rev=$(git "$@" rev-parse --verify --quiet "$ref^{commit}"); then :
-else
-  git "$@" fetch --quiet origin "$ref"
-  rev=$(git "$@" rev-parse --verify FETCH_HEAD^{commit})
-fi
-git "$@" checkout --quiet -B "$branch" "$rev"
-"""
+# The checkout script is shared with a pooled pod's adopt (corral_common.checkout).
 
 
 class SandboxSpecError(ValueError):
@@ -296,10 +280,16 @@ def _env(name: str, value: str) -> dict[str, Any]:
 
 
 def build_wire_secret(
-    session: Session, wire_token: str, custodian_credential: str
+    session: Session,
+    wire_token: str,
+    custodian_credential: str,
+    *,
+    memory_dsn: str | None = None,
 ) -> dict[str, Any]:
     """The Session's own Secret: the wire token (operator <-> harness, operator <-> custodian)
-    and the pod-local credential (harness -> custodian). Only harness and custodian mount it."""
+    and the pod-local credential (harness -> custodian). Only harness and custodian mount it.
+    With `memory_dsn` (the platform's memory database, copied from the operator's own Secret:
+    a pod can mount only its namespace's Secrets) it also holds that, for the custodian alone."""
     name, namespace, uid = _meta(session)
     if len(wire_token) < MIN_SECRET_CHARS:
         raise SandboxSpecError(f"the wire token must be at least {MIN_SECRET_CHARS} characters")
@@ -322,6 +312,7 @@ def build_wire_secret(
         "stringData": {
             WIRE_TOKEN_KEY: wire_token,
             CUSTODIAN_CREDENTIAL_KEY: custodian_credential,
+            **({MEMORY_DSN_KEY: memory_dsn} if memory_dsn else {}),
         },
     }
 
@@ -600,6 +591,31 @@ def build_pod(
             _env("CORRAL_GIT_CREDENTIALS_FILE", f"{GIT_CREDENTIALS_DIR}/credentials")
         )
         checkout_args.append(f"{GIT_CREDENTIALS_DIR}/credentials")
+    if creds.hook_secret_ref:
+        # Every key, for the custodian alone: it adds them to http hooks' requests.
+        volumes.append(
+            {
+                "name": "hook-secret",
+                "secret": {"secretName": creds.hook_secret_ref.name, "defaultMode": 0o440},
+            }
+        )
+        custodian_mounts.append(_mount("hook-secret", HOOK_SECRET_DIR, read_only=True))
+        custodian_env.append(_env("CORRAL_HOOK_SECRET_DIR", HOOK_SECRET_DIR))
+    if settings.memory_dsn:
+        # Long-term memory (docs/memory.md): the DSN's one item of the Session's Secret, in
+        # the custodian only; the harness's view of that Secret lists its two keys alone.
+        volumes.append(
+            {
+                "name": "memory",
+                "secret": {
+                    "secretName": naming.wire_secret_name(name),
+                    "defaultMode": 0o440,
+                    "items": [{"key": MEMORY_DSN_KEY, "path": "dsn"}],
+                },
+            }
+        )
+        custodian_mounts.append(_mount("memory", MEMORY_DIR, read_only=True))
+        custodian_env.append(_env("CORRAL_MEMORY_DSN_FILE", f"{MEMORY_DIR}/dsn"))
     checkout = {
         "name": "checkout",
         "image": settings.image,
@@ -625,6 +641,22 @@ def build_pod(
         _env("ANTHROPIC_BASE_URL", custodian_url),
         _env("HOME", "/tmp"),
     ]
+    if settings.log_format != "text":
+        # The harness and the custodian log as the operator does (docs/observability.md).
+        for env in (harness_env, custodian_env):
+            env.append(_env(LOG_FORMAT_ENV, settings.log_format))
+    if settings.otlp_endpoint:
+        # Traces of each run leave over OTLP (docs/tracing.md); unset, the SDK is not loaded.
+        harness_env += [
+            _env("OTEL_EXPORTER_OTLP_ENDPOINT", settings.otlp_endpoint),
+            _env("OTEL_SERVICE_NAME", "corral-harness"),
+        ]
+    harness_mounts: list[dict[str, Any]] = [
+        _mount("state", STATE_MOUNT),
+        _mount("harness-tmp", "/tmp"),
+        _mount("wire", WIRE_DIR, read_only=True),
+        _mount("exec-socket", EXEC_SOCKET_DIR),
+    ]
     harness = {
         "name": "harness",
         "image": settings.image,
@@ -637,12 +669,7 @@ def build_pod(
             "periodSeconds": 1,
             "failureThreshold": 3,
         },
-        "volumeMounts": [
-            _mount("state", STATE_MOUNT),
-            _mount("harness-tmp", "/tmp"),
-            _mount("wire", WIRE_DIR, read_only=True),
-            _mount("exec-socket", EXEC_SOCKET_DIR),
-        ],
+        "volumeMounts": harness_mounts,
         "resources": defaults.harness.wire(),
         "securityContext": dict(harness_security),
     }
@@ -692,6 +719,25 @@ def build_pod(
         "resources": defaults.custodian.wire(),
         "securityContext": dict(custodian_security),
     }
+    if settings.model_catalog_configmap:
+        # The platform's catalog overlay: the harness resolves models and the custodian
+        # allowlists and clamps them from the same file (docs/model-catalog.md).
+        volumes.append(
+            {
+                "name": "model-catalog",
+                "configMap": {
+                    "name": settings.model_catalog_configmap,
+                    "defaultMode": 0o444,
+                    "items": [{"key": MODEL_CATALOG_KEY, "path": MODEL_CATALOG_KEY}],
+                },
+            }
+        )
+        catalog_env = _env("CORRAL_MODEL_CATALOG", f"{MODEL_CATALOG_DIR}/{MODEL_CATALOG_KEY}")
+        catalog_mount = _mount("model-catalog", MODEL_CATALOG_DIR, read_only=True)
+        harness_env.append(catalog_env)
+        custodian_env.append(dict(catalog_env))
+        harness_mounts.append(catalog_mount)
+        custodian_mounts.append(dict(catalog_mount))
     pod_spec: dict[str, Any] = {
         "serviceAccountName": settings.sandbox_service_account,
         "automountServiceAccountToken": False,
@@ -730,7 +776,9 @@ def build_sandbox(
     """Every manifest a Session owns. Raises SandboxSpecError on a spec that cannot work."""
     pod = build_pod(agent, session, settings, budget=budget)
     return SandboxManifests(
-        secret=build_wire_secret(session, wire_token, custodian_credential),
+        secret=build_wire_secret(
+            session, wire_token, custodian_credential, memory_dsn=settings.memory_dsn
+        ),
         network_policy=build_network_policy(agent, session, settings),
         pod=pod,
     )

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,45 +14,136 @@ import httpx
 import kopf
 
 from . import naming
+from .archive.store import ArchiveStore
 from .kube import Kube
+from .metrics import OperatorMetrics
 from .planning.session import PlannedEvent
 from .settings import OperatorSettings
 
 log = logging.getLogger("corral.operator")
 
 
+# A sandbox's pool that has not started a request for this long is closed. Longer than any wire
+# call can take (a check's 300 s plus its margin), so no request in flight loses its pool.
+IDLE_POOL_SECONDS = 600.0
+
+
 class SharedTransport(httpx.AsyncBaseTransport):
-    """One connection pool for every Session's wire client.
+    """The connection pools of every Session's wire client: one small pool per sandbox
+    address, all sharing one TLS context.
 
     An httpx client builds its own TLS context and pool (about 1.5 MB each); with hundreds of
-    Sessions that is most of the operator's memory. Clients close, the shared pool stays.
+    Sessions that is most of the operator's memory, so clients close and the pools stay. One
+    pool for all addresses was no better: each request scans every connection of its pool, and
+    1,000 Sessions long-polling keep 1,000 connections open (docs/performance.md).
     """
 
     def __init__(self) -> None:
-        self._inner = httpx.AsyncHTTPTransport(
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=64)
-        )
+        self._tls = ssl.create_default_context()
+        self._pools: dict[tuple[bytes, bytes, int | None], httpx.AsyncHTTPTransport] = {}
+        self._last_used: dict[tuple[bytes, bytes, int | None], float] = {}
+        self._swept = time.monotonic()
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        return await self._inner.handle_async_request(request)
+        key = (request.url.raw_scheme, request.url.raw_host, request.url.port)
+        pool = self._pools.get(key)
+        if pool is None:
+            await self._close_idle()
+            pool = self._pools[key] = httpx.AsyncHTTPTransport(
+                verify=self._tls,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=8),
+            )
+        self._last_used[key] = time.monotonic()
+        return await pool.handle_async_request(request)
+
+    async def _close_idle(self) -> None:
+        now = time.monotonic()
+        if now - self._swept < IDLE_POOL_SECONDS / 10:
+            return
+        self._swept = now
+        for key, used in list(self._last_used.items()):
+            if now - used > IDLE_POOL_SECONDS:
+                del self._last_used[key]
+                await self._pools.pop(key).aclose()
 
     async def aclose(self) -> None:
-        """A client closing does not close the pool the others use."""
+        """A client closing does not close the pools the others use."""
 
     async def close_pool(self) -> None:
-        await self._inner.aclose()
+        pools, self._pools = list(self._pools.values()), {}
+        self._last_used.clear()
+        for pool in pools:
+            await pool.aclose()
+
+
+# How long an object seen on a watch stands in for a GET. Every change arrives as an event well
+# within this; the bound covers an event lost while a watch reconnects (a relist sends no
+# DELETED), after which the next read goes to the API server again.
+WATCHED_FRESH_SECONDS = 30.0
+
+
+@dataclass
+class WatchedObjects:
+    """The last body each watch event carried, by (namespace, name), for at most
+    WATCHED_FRESH_SECONDS. A Session's pass reads its Agent and its pod here instead of asking
+    the API server each time: with 1,000 Sessions those GETs were most of the operator's
+    requests (docs/performance.md, "1,000 Sessions")."""
+
+    # What is kept of a body (None: all of it).
+    keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    _seen: dict[tuple[str, str], tuple[float, dict[str, Any]]] = field(default_factory=dict)
+
+    def saw(self, namespace: str, name: str, body: dict[str, Any] | None) -> None:
+        """Record an event's body; None (a deletion) forgets the object."""
+        if body is None:
+            self._seen.pop((namespace, name), None)
+        else:
+            kept = self.keep(body) if self.keep is not None else body
+            self._seen[(namespace, name)] = (time.monotonic(), kept)
+
+    def get(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The body last seen, if seen recently enough; None means "ask the API server"."""
+        found = self._seen.get((namespace, name))
+        if found is None or time.monotonic() - found[0] > WATCHED_FRESH_SECONDS:
+            return None
+        return found[1]
+
+
+_POD_METADATA = (
+    "name", "namespace", "uid", "labels", "annotations", "ownerReferences", "deletionTimestamp",
+)  # fmt: skip
+_POD_STATUS = ("phase", "podIP", "podIPs", "conditions")
+
+
+def pod_essentials(pod: dict[str, Any]) -> dict[str, Any]:
+    """What a Session's pass reads of its pod (owner, deletion, address, readiness). A whole
+    pod is some 100 kB as Python objects; 1,000 of them were a fifth of the operator's memory."""
+    md, status = pod.get("metadata") or {}, pod.get("status") or {}
+    return {
+        "apiVersion": pod.get("apiVersion", "v1"),
+        "kind": pod.get("kind", "Pod"),
+        "metadata": {k: md[k] for k in _POD_METADATA if k in md},
+        "status": {k: status[k] for k in _POD_STATUS if k in status},
+    }
 
 
 @dataclass
 class Runtime:
     kube: Kube
     settings: OperatorSettings
+    # Agents and sandbox pods as the operator's own watches last delivered them.
+    agents: WatchedObjects = field(default_factory=WatchedObjects)
+    pods: WatchedObjects = field(default_factory=lambda: WatchedObjects(keep=pod_essentials))
     # One event per Session (namespace, session label value): set when its pod or Agent
     # changed, so the Session's loop looks again at once instead of polling.
     _wakeups: dict[tuple[str, str], asyncio.Event] = field(default_factory=dict)
     # Drivers with a turn in flight, so a deletion can abort the turn first.
     drivers: dict[tuple[str, str], Any] = field(default_factory=dict)
     wire_transport: SharedTransport = field(default_factory=SharedTransport)
+    # The Prometheus series the handlers feed (docs/observability.md).
+    metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
+    # Where finished Sessions are archived before their pods go (docs/history.md); None: off.
+    archive: ArchiveStore | None = None
 
     def wakeup(self, namespace: str, session: str) -> asyncio.Event:
         key = (namespace, naming.label_value(session))

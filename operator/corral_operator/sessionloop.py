@@ -12,19 +12,47 @@ import contextlib
 import logging
 import re
 import secrets
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from corral_api.kinds import MAX_DEPTH_CAP, AdmissionLedger, Agent, AgentSpec, Session
-from corral_api.wire import AdmitRequest, AdmitResponse, CustodianUsage, SettledEvent
+from corral_api.freeze import FREEZE_CAUSE, FrozenBy, covering_freeze
+from corral_api.kinds import (
+    MAX_DEPTH_CAP,
+    AdmissionLedger,
+    Agent,
+    AgentSpec,
+    Session,
+    SessionStatus,
+)
+from corral_api.wire import (
+    AdmitRequest,
+    AdmitResponse,
+    CustodianDelivery,
+    CustodianUsage,
+    EndResponse,
+    SettledEvent,
+)
+from corral_common import logs
 
 from . import naming
-from .custodianclient import read_usage
-from .driver import AdmissionRejected, CheckResult, EventSink, SessionDriver, WireFault
+from .archive.release import archive_before_release, archived_already
+from .custodianclient import read_delivery, read_usage
+from .driver import (
+    AdmissionRejected,
+    CheckResult,
+    EventSink,
+    SessionDriver,
+    WireFault,
+    children_report,
+)
+from .handlers import pool
 from .kube import Kube, KubeError, corral_path, object_path
 from .planning.agent import agent_ready
+from .planning.children import may_have_children
 from .planning.lineage import Lineage
 from .planning.patch import merge_patch
 from .planning.session import (
@@ -37,13 +65,14 @@ from .planning.session import (
 )
 from .planning.turns import event_for
 from .podbuilder import WIRE_TOKEN_KEY, build_sandbox
-from .runtime import Runtime, post_event
+from .runtime import Runtime, WatchedObjects, post_event
 from .store import BudgetExceededStop, SessionStatusStore
 from .wireclient import WireClient
 
 log = logging.getLogger("corral.operator.session")
 
 IDLE_RECHECK = 30.0
+DRIVER_RECHECK = 30.0
 _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 # The custodian labels each child Session with its parent's uid (never trusted for depth).
 PARENT_UID_LABEL = "corral.dev/parent-uid"
@@ -77,12 +106,19 @@ class FreshAgentWire:
     """
 
     def __init__(
-        self, inner: WireClient, kube: Kube, namespace: str, agent: str, max_turns: int
+        self,
+        inner: WireClient,
+        kube: Kube,
+        namespace: str,
+        agent: str,
+        max_turns: int,
+        timed: Callable[[float], None] | None = None,
     ) -> None:
         self._inner = inner
         self._kube = kube
         self._path = corral_path("Agent", namespace, agent)
         self._max_turns = max_turns
+        self._timed = timed  # told how long each admission call took
 
     async def admit(self, conversation: str, request: AdmitRequest) -> AdmitResponse:
         body = await self._kube.get(self._path)
@@ -92,7 +128,11 @@ class FreshAgentWire:
                 request = request.model_copy(
                     update={"agent": with_turn_cap(fresh, self._max_turns)}
                 )
-        return await self._inner.admit(conversation, request)
+        started = time.perf_counter()
+        admitted = await self._inner.admit(conversation, request)
+        if self._timed is not None:
+            self._timed(time.perf_counter() - started)
+        return admitted
 
     async def wait(
         self, conversation: str, ledger: AdmissionLedger, on_event: EventSink | None = None
@@ -104,8 +144,34 @@ class FreshAgentWire:
     ) -> bool:
         return await self._inner.abort(conversation, cause=cause, submission_id=submission_id)
 
+    async def end(
+        self, conversation: str, *, agent: AgentSpec | None = None, phase: str | None = None
+    ) -> EndResponse:
+        # The sessionEnd hooks of the Agent as it is now, like every admission's.
+        body = await self._kube.get(self._path)
+        if body is not None and agent_ready(body):
+            with contextlib.suppress(ValidationError):
+                agent = AgentSpec.model_validate(body.get("spec") or {})
+        return await self._inner.end(conversation, agent=agent, phase=phase)
+
     async def checks(self, command: str, timeout_seconds: int | None = None) -> CheckResult:
         return await self._inner.checks(command, timeout_seconds)
+
+
+def resumed_run_id(conversation: str, status: SessionStatus) -> str | None:
+    """The run id of the turn in the ledger, as the driver minted it when it admitted it."""
+    if status.ledger is None:
+        return None
+    attempt = f"-f{status.freeze_interruptions}" if status.freeze_interruptions else ""
+    return f"{conversation}.{status.ledger.turn}{attempt}"
+
+
+def sandbox_pod_path(body: dict[str, Any]) -> str:
+    """The Session's pod: the one its status names (an adopted warm pod has its own name),
+    else the name a cold pod gets. Either is used only while this Session controls it."""
+    md = body["metadata"]
+    name = (body.get("status") or {}).get("podName") or naming.pod_name(md["name"])
+    return object_path("v1", "Pod", md["namespace"], str(name))
 
 
 class StopFlag(Protocol):
@@ -123,12 +189,18 @@ class SessionLoop:
         self._path = corral_path("Session", namespace, name)
         self._pod_path = object_path("v1", "Pod", namespace, naming.pod_name(name))
         self._wake = runtime.wakeup(namespace, name)
+        # The Session and its ancestors as the last pass read them, for the freeze check.
+        self._chain: list[dict[str, Any]] = []
+        # Set by a pass whose pod waits for a failing archive: when to try again.
+        self._archive_retry: float | None = None
 
     async def run(self, stopped: StopFlag) -> None:
         failures = 0
         # kopf's flag is awaitable; bridge it to our wake-up so no sleep outlasts a stop.
         waiter = getattr(stopped, "wait", None)
         bridge = asyncio.ensure_future(self._wake_on(waiter())) if waiter else None
+        # Every line this daemon's task logs names its Session (docs/observability.md).
+        logs.bind(session=f"{self._ns}/{self._name}")
         try:
             while not stopped:
                 self._wake.clear()
@@ -161,16 +233,25 @@ class SessionLoop:
 
     async def _step(self, stopped: StopFlag) -> float | None:
         """One observe-plan-apply pass; the seconds to wait before the next, None to stop."""
+        started = time.perf_counter()
         body = await self._kube.get(self._path)
         if body is None or body["metadata"].get("deletionTimestamp"):
             return None
         agent_ref = (body.get("spec") or {}).get("agentRef", "")
-        agent = await self._kube.get(corral_path("Agent", self._ns, agent_ref))
-        pod = await self._kube.get(self._pod_path)
-        uid = body["metadata"].get("uid", "")
-        children = await self._kube.list(
-            corral_path("Session", self._ns), label_selector=f"{PARENT_UID_LABEL}={uid}"
+        # The Agent and the pod as the operator's watches delivered them, else from the server.
+        agent = await self._read_through(
+            self._rt.agents, agent_ref, corral_path("Agent", self._ns, agent_ref)
         )
+        self._pod_path = sandbox_pod_path(body)
+        pod = await self._read_through(
+            self._rt.pods, self._pod_path.rpartition("/")[2], self._pod_path
+        )
+        uid = body["metadata"].get("uid", "")
+        children = None
+        if may_have_children(body, agent):
+            children = await self._kube.list(
+                corral_path("Session", self._ns), label_selector=f"{PARENT_UID_LABEL}={uid}"
+            )
         status = body.get("status") or {}
         approvals = None
         if status.get("phase") == "WaitingForHuman":
@@ -179,10 +260,13 @@ class SessionLoop:
         parents: list[dict[str, Any]] = []
         ancestor_agents: dict[str, dict[str, Any] | None] = {}
         existing: dict[str, dict[str, Any]] = {}
+        frozen_by: FrozenBy | None = None
         if not final:
             parents, ancestor_agents = await self._ancestors(body)
             if pod is None:
                 existing = await self._existing()
+            self._chain = [body, *parents]
+            frozen_by = await self._frozen_by()
         plan = plan_session(
             body,
             agent,
@@ -194,13 +278,20 @@ class SessionLoop:
             parents=parents,
             ancestor_agents=ancestor_agents,
             existing=existing,
+            frozen_by=frozen_by,
         )
-        await self._apply(body, agent, plan)
+        self._archive_retry = None
+        adopted = await self._apply(body, agent, plan)
+        self._rt.metrics.reconcile_seconds.labels("Session").observe(time.perf_counter() - started)
+        if self._archive_retry is not None:
+            return self._archive_retry
         if plan.delete_session:
             return None
+        if adopted:
+            return 0.0  # a warm pod is ready now: drive the first turn without waiting
         if plan.drive and agent is not None and plan.harness_url is not None:
             assert plan.lineage is not None and plan.pod_ip is not None
-            await self._drive(body, agent, plan, stopped)
+            await self._drive(body, agent, plan, stopped, children)
             return 0.0
         if plan.requeue_after is not None:
             return plan.requeue_after
@@ -208,6 +299,18 @@ class SessionLoop:
         if final and not plan.delete_pod:
             return None  # nothing left to do until the Session changes (kopf restarts us)
         return IDLE_RECHECK
+
+    async def _read_through(
+        self, seen: WatchedObjects, name: str, path: str
+    ) -> dict[str, Any] | None:
+        """The object as recently watched, else read from the server and remembered: an Agent
+        that does not change is then read once per WATCHED_FRESH_SECONDS, not once per pass of
+        each of its Sessions."""
+        found = seen.get(self._ns, name)
+        if found is None:
+            seen.saw(self._ns, name, await self._kube.get(path))
+            found = seen.get(self._ns, name)  # as kept: the same shape either way
+        return found
 
     async def _ancestors(
         self, body: dict[str, Any]
@@ -236,6 +339,12 @@ class SessionLoop:
                 agents[name] = await self._kube.get(corral_path("Agent", self._ns, name))
         return parents, agents
 
+    async def _frozen_by(self) -> FrozenBy | None:
+        """The Freeze that holds this Session now, read from the API server (never a cache: a
+        freeze must not be missed because the operator started a moment ago)."""
+        freezes = await self._kube.list(corral_path("Freeze", self._ns))
+        return covering_freeze(self._chain, freezes)
+
     async def _existing(self) -> dict[str, dict[str, Any]]:
         """The objects already there under the names the sandbox's Secret and policy need."""
         found: dict[str, dict[str, Any]] = {}
@@ -250,12 +359,18 @@ class SessionLoop:
 
     async def _apply(
         self, body: dict[str, Any], agent: dict[str, Any] | None, plan: SessionPlan
-    ) -> None:
+    ) -> bool:
+        """Apply the plan; True when it adopted a warm pod."""
         status = plan.status
         refused: KubeError | None = None
+        adopted: str | None = None
         if plan.create_sandbox and agent is not None and plan.lineage is not None:
             try:
-                await self._create_sandbox(body, agent, plan.lineage)
+                adopted = await self._create_sandbox(body, agent, plan.lineage)
+                if adopted is not None:
+                    status = {**status, "podName": adopted}
+                    text = f"adopted the warm pod {adopted}"
+                    post_event(body, PlannedEvent("Normal", "SandboxAdopted", text))
             except KubeError as err:
                 refused = err
                 generation = int(body["metadata"].get("generation") or 0)
@@ -270,33 +385,70 @@ class SessionLoop:
         if refused is not None:
             post_event(body, PlannedEvent("Warning", "SandboxRefused", refused.reason))
             raise refused
+        if (plan.delete_pod or plan.delete_session) and not await self._archive(
+            body, status, "ttl" if plan.delete_session else "finished"
+        ):
+            return adopted is not None  # the pod waits for its archive; retried shortly
         if plan.delete_pod and await self._kube.delete(self._pod_path):
             post_event(
                 body, PlannedEvent("Normal", "SandboxReleased", "the sandbox pod is deleted")
             )
         if plan.delete_session:
             await self._kube.delete(self._path)
+        return adopted is not None
+
+    async def _archive(self, body: dict[str, Any], status: dict[str, Any], cause: str) -> bool:
+        """Archive the Session before its pod (or itself) goes (docs/history.md); False while
+        the pod should wait for a retry, True once it may go (archived, off, or given up)."""
+        store = self._rt.archive
+        if store is None or archived_already(status):
+            return True
+        md = body["metadata"]
+        done = await archive_before_release(
+            self._kube,
+            store,
+            body,
+            status,
+            self._pod_path,
+            lambda: read_wire_token(self._kube, self._ns, self._name, str(md.get("uid", ""))),
+            harness_port=self._rt.settings.harness_port,
+            deadline_seconds=self._rt.settings.archive_deadline_seconds,
+            cause=cause,
+            transport=self._rt.wire_transport,
+        )
+        self._archive_retry = done.retry_after
+        if done.status is not None:
+            await self._kube.patch_status(self._path, done.status)
+        if done.event is not None:
+            post_event(body, done.event)
+        return done.release
 
     async def _create_sandbox(
         self, body: dict[str, Any], agent: dict[str, Any], lineage: Lineage
-    ) -> None:
+    ) -> str | None:
         """Create the Secret, the policy and the pod, in that order. An object that exists
         already is used only if this Session controls it; otherwise nothing more is created
         (a pod must never mount a Secret someone else wrote) and the next pass fails the
-        Session naming the object."""
+        Session naming the object. Once the Secret and the policy are there, a pod of the
+        Agent's warm pool is adopted instead of creating one when there is one: its name."""
         session = Session.model_validate({k: body[k] for k in ("metadata", "spec")})
         the_agent = Agent.model_validate({k: agent[k] for k in ("metadata", "spec")})
+        wire_token, credential = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
         manifests = build_sandbox(
-            the_agent,
-            session,
-            self._rt.settings,
-            secrets.token_urlsafe(32),
-            secrets.token_urlsafe(32),
-            budget=lineage.budget,
+            the_agent, session, self._rt.settings, wire_token, credential, budget=lineage.budget
         )
         uid = str(body["metadata"].get("uid", ""))
         for manifest in manifests.all():
+            if manifest is manifests.pod:
+                adopted = await pool.adopt_pooled_pod(
+                    self._rt, the_agent, session, wire_token, credential, lineage.budget
+                )
+                if adopted is not None:
+                    self._rt.metrics.pods_started.labels(self._ns, "warm").inc()
+                    return adopted
             if await self._kube.create(manifest):
+                if manifest is manifests.pod:
+                    self._rt.metrics.pods_started.labels(self._ns, "cold").inc()
                 continue
             md = manifest["metadata"]
             path = object_path(
@@ -307,11 +459,17 @@ class SessionLoop:
                 raise KubeError(
                     409, f"{manifest['kind']} {md['name']} exists and is not this Session's"
                 )
+        return None
 
     # ------------------------------------------------------------------------------ turns
 
     async def _drive(
-        self, body: dict[str, Any], agent: dict[str, Any], plan: SessionPlan, stopped: StopFlag
+        self,
+        body: dict[str, Any],
+        agent: dict[str, Any],
+        plan: SessionPlan,
+        stopped: StopFlag,
+        children: list[dict[str, Any]] | None = None,
     ) -> None:
         assert plan.harness_url is not None and plan.lineage is not None
         session = Session.model_validate({k: body[k] for k in ("metadata", "spec")})
@@ -333,20 +491,54 @@ class SessionLoop:
         async def usage() -> CustodianUsage:
             return await read_usage(custodian, token, transport=self._rt.wire_transport)
 
-        store = SessionStatusStore(self._kube, self._ns, self._name, usage)
+        async def delivery() -> CustodianDelivery:
+            return await read_delivery(custodian, token, transport=self._rt.wire_transport)
+
+        async def own_children() -> list[dict[str, Any]]:
+            return await self._kube.list(
+                corral_path("Session", self._ns), label_selector=f"{PARENT_UID_LABEL}={uid}"
+            )
+
+        def on_phase(event: PlannedEvent) -> None:
+            post_event(body, event)
+
+        store = SessionStatusStore(
+            self._kube, self._ns, self._name, usage, delivery, own_children, on_phase=on_phase
+        )
+        metrics = self._rt.metrics
+        created = str(body["metadata"].get("creationTimestamp") or "")
 
         def on_event(event: dict[str, Any]) -> None:
             planned = event_for(event)
             if planned is not None:
                 post_event(body, planned)
+            metrics.driver_event(self._ns, session.spec.agent_ref, event, created)
+            if event.get("type") == "admitted" and event.get("runId"):
+                # Called in the driver's task: its later lines carry the new run's id.
+                logs.bind(runId=str(event["runId"]))
 
-        wire = FreshAgentWire(client, self._kube, self._ns, session.spec.agent_ref, max_turns)
-        driver = SessionDriver(wire, store, spec, session.spec, self._name, on_event)
+        def timed(seconds: float) -> None:
+            metrics.admission_seconds.labels(self._ns).observe(seconds)
+
+        wire = FreshAgentWire(
+            client, self._kube, self._ns, session.spec.agent_ref, max_turns, timed
+        )
+        old = SessionStatus.model_validate(body.get("status") or {})
+        report = None
+        if old.phase == "WaitingForChildren":
+            report = children_report(old.waiting_for, children or [], old.reported_children)
+        driver = SessionDriver(
+            wire, store, spec, session.spec, self._name, on_event, children_report=report
+        )
         key = (self._ns, self._name)
         self._rt.drivers[key] = driver
-        task = asyncio.create_task(driver.run(), name=f"driver {self._ns}/{self._name}")
+        if plan.frozen_by is not None:  # re-attached only to stop the turn in flight
+            await self._interrupt(body, driver, plan.frozen_by)
+        # A re-attached turn's lines carry its run id from the start (the driver's own).
+        with logs.bound(runId=resumed_run_id(self._name, old)):
+            task = asyncio.create_task(driver.run(), name=f"driver {self._ns}/{self._name}")
         try:
-            await self._watch_driver(task, driver, stopped)
+            await self._watch_driver(task, driver, stopped, body)
         except AdmissionRejected as rejected:
             message = f"the harness refused the turn: {rejected.reason}"
             await self._fail(store, message)
@@ -362,14 +554,28 @@ class SessionLoop:
                     await task
             await client.aclose()
 
-    async def _watch_driver(
-        self, task: asyncio.Task[Any], driver: SessionDriver, stopped: StopFlag
+    async def _interrupt(
+        self, body: dict[str, Any], driver: SessionDriver, frozen_by: FrozenBy
     ) -> None:
-        """Wait for the driver; stop it when the daemon stops or the sandbox pod goes."""
+        text = f"interrupting the turn: {frozen_by.describe()}"
+        post_event(body, PlannedEvent("Warning", "Frozen", text))
+        await driver.interrupt(FREEZE_CAUSE)
+
+    async def _watch_driver(
+        self,
+        task: asyncio.Task[Any],
+        driver: SessionDriver,
+        stopped: StopFlag,
+        body: dict[str, Any],
+    ) -> None:
+        """Wait for the driver; stop it when the daemon stops or the sandbox pod goes, and
+        interrupt its turn when a Freeze comes to hold the Session."""
         while not task.done():
             self._wake.clear()
             waker = asyncio.create_task(self._wake.wait())
-            done, _ = await asyncio.wait({task, waker}, timeout=1.0)
+            # The wake-up also fires when the daemon is told to stop (see `run`), so this
+            # timeout is only a safety net; a short one woke 1,000 idle loops every second.
+            done, _ = await asyncio.wait({task, waker}, timeout=DRIVER_RECHECK)
             waker.cancel()
             if task in done:
                 break
@@ -380,6 +586,14 @@ class SessionLoop:
             if self._wake.is_set() and not await self._pod_alive():
                 log.warning("session %s/%s: sandbox pod went away", self._ns, self._name)
                 return
+            if self._wake.is_set() and not driver.interrupted:
+                try:
+                    frozen_by = await self._frozen_by()
+                except KubeError as err:  # the custodian still refuses on its own
+                    log.warning("session %s/%s: freezes unreadable: %s", self._ns, self._name, err)
+                    continue
+                if frozen_by is not None:
+                    await self._interrupt(body, driver, frozen_by)
         task.result()
 
     async def _pod_alive(self) -> bool:
@@ -406,9 +620,7 @@ async def abort_turn(runtime: Runtime, body: dict[str, Any]) -> bool:
     ledger = (body.get("status") or {}).get("ledger")
     if not ledger:
         return False
-    pod = await runtime.kube.get(
-        object_path("v1", "Pod", md["namespace"], naming.pod_name(md["name"]))
-    )
+    pod = await runtime.kube.get(sandbox_pod_path(body))
     ip = (pod or {}).get("status", {}).get("podIP")
     if not ip:
         return False

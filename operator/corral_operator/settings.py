@@ -81,6 +81,17 @@ class OperatorSettings:
     kube_ca_configmap: str | None = "kube-root-ca.crt"
     # The real model endpoint behind the custodian's proxy.
     model_upstream_url: str = "https://api.anthropic.com"
+    # Where each sandbox's harness sends its traces over OTLP/HTTP (docs/tracing.md); None: no
+    # traces leave the pod. Its address must be in the platform egress.
+    otlp_endpoint: str | None = None
+    # The model catalog overlay (docs/model-catalog.md): a ConfigMap of this name in the
+    # Session's namespace (the chart creates one in each), key `models.json`, mounted into the
+    # harness and the custodian. None: both use the catalog shipped in the image.
+    model_catalog_configmap: str | None = None
+    # The long-term memory database (docs/memory.md): a PostgreSQL DSN, read from the chart's
+    # Secret at start and copied into each Session's own Secret for its custodian. None: the
+    # custodians have no store and Agents' memory stays empty (recall is fail-open).
+    memory_dsn: str | None = field(default=None, repr=False)
     # Egress every sandbox needs (the API server and the model endpoint, for the custodian).
     platform_egress: tuple[EgressTarget, ...] = ()
     # DNS egress, when allowed, goes only to the cluster's DNS pods.
@@ -101,6 +112,14 @@ class OperatorSettings:
     # directory on the node against which a relative `workspace.repo` (e.g. `demo/repo`) is
     # resolved. Without it a relative repo is refused: a cluster has nothing to clone it from.
     local_repo_root: str | None = None
+    # `json` or `text`: the operator's own log lines, and CORRAL_LOG_FORMAT for the harness and
+    # the custodian of every sandbox it builds (docs/observability.md).
+    log_format: str = "text"
+    # History that outlives the pod (docs/history.md): the archive's directory (the chart
+    # mounts a PersistentVolumeClaim there; None: nothing is archived), and how long after a
+    # Session finished its pod may wait for a failing archive before it goes anyway.
+    archive_dir: str | None = None
+    archive_deadline_seconds: float = 60.0
 
     @property
     def run_as_user(self) -> int:

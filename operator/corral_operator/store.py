@@ -16,20 +16,23 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from corral_api.kinds import Usage
-from corral_api.wire import CustodianUsage
+from corral_api.kinds import SessionStatus, Usage, WaitingFor
+from corral_api.wire import CustodianDelivery, CustodianUsage
 
 from .custodianclient import CustodianUnavailable, status_usage
-from .driver import DriverState
+from .driver import DriverState, running_children
 from .kube import Kube, corral_path
+from .planning.delivery import DeliveryVerdict, judge_delivery, with_delivered
 from .planning.patch import merge_patch
-from .planning.reasons import BUDGET_EXCEEDED
-from .planning.session import now_text
+from .planning.reasons import BUDGET_EXCEEDED, DELIVERY_FAILED
+from .planning.session import EventType, PlannedEvent, now_text
 from .planning.turns import driver_state_from_status, status_with_driver_state
 
 log = logging.getLogger("corral.operator.store")
 
 UsageReader = Callable[[], Awaitable[CustodianUsage]]
+DeliveryReader = Callable[[], Awaitable[CustodianDelivery]]
+ChildrenReader = Callable[[], Awaitable[list[dict[str, Any]]]]
 
 
 class BudgetExceededStop(Exception):
@@ -52,15 +55,28 @@ def budget_verdict(state: DriverState, record: CustodianUsage | None) -> str | N
 
 class SessionStatusStore:
     def __init__(
-        self, kube: Kube, namespace: str, name: str, usage_reader: UsageReader | None = None
+        self,
+        kube: Kube,
+        namespace: str,
+        name: str,
+        usage_reader: UsageReader | None = None,
+        delivery_reader: DeliveryReader | None = None,
+        children_reader: ChildrenReader | None = None,
+        *,
+        on_phase: Callable[[PlannedEvent], None] | None = None,
     ) -> None:
         self._kube = kube
+        # Told of each phase change this store writes, once, after the write (an Event).
+        self._on_phase = on_phase
         self._path = corral_path("Session", namespace, name)
         self._status: dict[str, Any] = {}
         self._generation = 0
         self._usage_reader = usage_reader
         self._settled: tuple[str, str] | None = None
         self._read_finished = False
+        self._delivery_reader = delivery_reader
+        self._children_reader = children_reader
+        self._delivery_read_for: str | None = None  # the submission whose delivery was read
 
     async def load(self) -> DriverState:
         body = await self._kube.get(self._path)
@@ -89,7 +105,41 @@ class SessionStatusStore:
         self._read_finished = state.finished
         return record
 
+    async def _delivery(self, state: DriverState) -> DeliveryVerdict | None:
+        """The verdict on the custodian's delivery for the turn that just settled (read once
+        per settlement; the harness delivered before the settlement was published)."""
+        last = state.last_settlement
+        if self._delivery_reader is None or last is None:
+            return None
+        if last.submission_id == self._delivery_read_for:
+            return None
+        try:
+            record = (await self._delivery_reader()).delivery
+        except CustodianUnavailable as err:
+            log.warning("%s: the custodian's delivery is not readable: %s", self._path, err)
+            return None
+        self._delivery_read_for = last.submission_id
+        return None if record is None else judge_delivery(record, last.submission_id, state.phase)
+
+    async def _wait_for_children(self, state: DriverState) -> None:
+        """A session about to succeed while children it started still run waits for them
+        instead (docs/children.md), by the wait it last asked for, else all of them."""
+        if self._children_reader is None or state.phase != "Succeeded":
+            return
+        running = running_children(await self._children_reader())
+        if not running:
+            return
+        state.waiting_for = state.waiting_for or WaitingFor()
+        state.phase = "WaitingForChildren"
+        state.finished_at = None
+        state.message = (
+            f"{state.message}; waiting for {running} child session(s) still running "
+            f"(wait mode {state.waiting_for.mode})"
+        )
+
     async def save(self, state: DriverState) -> None:
+        await self._wait_for_children(state)
+        verdict = await self._delivery(state)
         record = await self._custodian_record(state)
         usage: Usage | None = status_usage(record) if record is not None else None
         spent = budget_verdict(state, record)
@@ -101,6 +151,10 @@ class SessionStatusStore:
             state.ledger = None
             state.finished_at = state.finished_at or now_text(datetime.now(UTC))
             reason = BUDGET_EXCEEDED
+        elif verdict is not None and verdict.fails_session is not None:
+            state.phase = "Failed"
+            state.message = verdict.fails_session
+            reason = DELIVERY_FAILED
         new = status_with_driver_state(
             self._status,
             state,
@@ -110,9 +164,34 @@ class SessionStatusStore:
             usage=usage,
             reason=reason,
         )
+        if verdict is not None:
+            new = _with_delivery(new, verdict, self._generation)
         patch = merge_patch(self._status, new)
         if patch:
+            before = self._status.get("phase") or "Pending"
             patched = await self._kube.patch_status(self._path, patch)
             self._status = dict(patched.get("status") or new)
+            after = self._status.get("phase") or "Pending"
+            if after != before and self._on_phase is not None:
+                self._on_phase(phase_event(before, after, self._status.get("message")))
         if spent is not None and was_running:
             raise BudgetExceededStop(spent)
+
+
+def phase_event(before: str, after: str, message: str | None) -> PlannedEvent:
+    """The Event of a phase change: reason `Phase<after>`, as the Session planner names its own
+    (docs/observability.md); a Warning when the session failed."""
+    text = f"{before} -> {after}" + (f": {message}" if message else "")
+    kind: EventType = "Warning" if after == "Failed" else "Normal"
+    return PlannedEvent(kind, f"Phase{after}", text[:1000])
+
+
+def _with_delivery(
+    status: dict[str, Any], verdict: DeliveryVerdict, generation: int
+) -> dict[str, Any]:
+    """`status` with `delivery` and the `Delivered` condition from the custodian's record."""
+    parsed = SessionStatus.model_validate(status)
+    conditions = with_delivered(
+        parsed.conditions, verdict, now=now_text(datetime.now(UTC)), generation=generation
+    )
+    return parsed.model_copy(update={"delivery": verdict.delivery, "conditions": conditions}).wire()

@@ -15,11 +15,13 @@ from urllib.parse import quote, urlsplit
 
 import httpx
 
-from corral_api.kinds import AdmissionLedger
+from corral_api.kinds import AdmissionLedger, AgentSpec
 from corral_api.wire import (
     AbortResponse,
     AdmitRequest,
     AdmitResponse,
+    EndRequest,
+    EndResponse,
     SettledEvent,
     UpdatesResponse,
 )
@@ -145,6 +147,18 @@ class WireClient:
         if response.status_code >= 400:
             raise WireRequestFailed("abort", response.status_code, _reason(response))
         return AbortResponse.model_validate(response.json()).aborted
+
+    async def end(
+        self, conversation: str, *, agent: AgentSpec | None = None, phase: str | None = None
+    ) -> EndResponse:
+        body = EndRequest(agent=agent, phase=phase)
+        response = await self._http.post(
+            self._path(conversation, "/end"),
+            json=body.model_dump(mode="json", exclude_none=True, by_alias=True),
+        )
+        if response.status_code >= 400:
+            raise WireRequestFailed("end", response.status_code, _reason(response))
+        return EndResponse.model_validate(response.json())
 
     async def checks(self, command: str, timeout_seconds: int | None = None) -> CheckResult:
         body: dict[str, Any] = {"command": command}

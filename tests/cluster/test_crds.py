@@ -68,6 +68,13 @@ APPROVAL: dict[str, Any] = {
     },
 }
 
+FREEZE: dict[str, Any] = {
+    "apiVersion": "corral.dev/v1alpha1",
+    "kind": "Freeze",
+    "metadata": {"name": "session-fix-bug"},
+    "spec": {"scope": {"session": "fix-bug"}, "reason": "incident 42"},
+}
+
 
 def _with(base: dict[str, Any], path: str, value: Any) -> dict[str, Any]:
     """A copy of `base` with the dotted `path` set to `value` (or removed when value is ...)."""
@@ -195,6 +202,16 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         ["spec.maxWaves", "greater than or equal to 1"],
     ),
     (
+        "goal-check-name-not-a-label",  # it names the Evidence check, a label value
+        _with(GOAL, "spec.success.name", "Unit Tests"),
+        ["spec.success.name", "should match"],
+    ),
+    (
+        "session-wake-zero",
+        _with(SESSION, "spec.wake", {"afterSeconds": 0}),
+        ["spec.wake.afterSeconds", "greater than or equal to 1"],
+    ),
+    (
         "evidence-short-revision",
         _with(EVIDENCE, "spec.revision", "abc123"),
         ["spec.revision", "40-character"],
@@ -219,6 +236,21 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         _with(APPROVAL, "spec.sessionRef", {"name": "fix-bug"}),
         ["spec.sessionRef.uid", "uid is required"],
     ),
+    (
+        "freeze-two-scopes",
+        _with(FREEZE, "spec.scope", {"session": "fix-bug", "agent": "coder"}),
+        ["spec.scope", "exactly one scope"],
+    ),
+    (
+        "freeze-no-scope",
+        _with(FREEZE, "spec.scope", {"namespace": False}),
+        ["spec.scope", "exactly one scope"],
+    ),
+    (
+        "freeze-bad-agent-name",
+        _with(FREEZE, "spec.scope", {"agent": "Not_A_Name"}),
+        ["spec.scope.agent", "should match"],
+    ),
 ]
 
 
@@ -228,9 +260,20 @@ def _create(plane: ControlPlane, namespace: str, obj: dict[str, Any]) -> tuple[i
 
 
 def test_valid_objects_are_accepted(control_plane: ControlPlane, namespace: str) -> None:
-    for obj in (AGENT, SESSION, GOAL, EVIDENCE, APPROVAL):
+    for obj in (AGENT, SESSION, GOAL, EVIDENCE, APPROVAL, FREEZE):
         code, out = _create(control_plane, namespace, obj)
         assert code == 0, out
+    freeze = json.loads(
+        control_plane.kubectl(
+            "get", "freeze", "session-fix-bug", "-n", namespace, "-o", "json"
+        ).stdout
+    )
+    assert freeze["spec"]["frozen"] is True  # in force unless it says otherwise
+    moved = control_plane.kubectl(
+        "patch", "freeze", "session-fix-bug", "-n", namespace, "--type=merge",
+        "-p", '{"spec": {"scope": {"session": "other"}}}', check=False,
+    )  # fmt: skip
+    assert moved.returncode != 0 and "scope is immutable" in moved.stderr, moved.stderr
     # Defaults come from the schema, applied by the API server itself.
     agent = json.loads(
         control_plane.kubectl("get", "agent", "coder", "-n", namespace, "-o", "json").stdout
@@ -273,6 +316,7 @@ def test_invalid_catalog_is_large_enough() -> None:
         "Goal",
         "Evidence",
         "Approval",
+        "Freeze",
     }
 
 
@@ -291,18 +335,20 @@ def test_every_example_is_accepted(control_plane: ControlPlane, namespace: str) 
 def test_kubectl_get_corral_shows_printer_columns(
     control_plane: ControlPlane, namespace: str
 ) -> None:
-    for obj in (AGENT, SESSION, EVIDENCE, APPROVAL):
+    for obj in (AGENT, SESSION, EVIDENCE, APPROVAL, FREEZE):
         _create(control_plane, namespace, obj)
     out = control_plane.kubectl("get", "corral", "-n", namespace).stdout
     lines = [line.split() for line in out.splitlines()]
     headers = [line for line in lines if line and line[0] == "NAME"]
-    assert ["NAME", "AGENT", "PHASE", "TURNS", "AGE"] in headers, out
+    assert ["NAME", "AGENT", "PHASE", "TURNS", "FROZEN", "WAKES", "AGE"] in headers, out
+    assert ["NAME", "SESSION", "AGENT", "NAMESPACE", "FROZEN", "AGE"] in headers, out
     assert ["NAME", "REVISION", "CHECK", "VERDICT", "AGE"] in headers, out
     assert ["NAME", "SESSION", "ACTION", "DECISION", "AGE"] in headers, out
     assert ["NAME", "MODEL", "LOOP", "ORCHESTRATOR", "READY", "AGE"] in headers, out
     assert any(SHA in line for line in lines), out
     # Short names resolve.
     assert "fix-bug" in control_plane.kubectl("get", "sess", "-n", namespace).stdout
+    assert "session-fix-bug" in control_plane.kubectl("get", "frz", "-n", namespace).stdout
 
 
 def test_kubectl_explain_shows_descriptions(control_plane: ControlPlane) -> None:

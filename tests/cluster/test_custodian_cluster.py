@@ -348,7 +348,7 @@ def test_land_needs_an_approval_of_this_exact_call_by_this_session_and_pass_evid
         polled = httpx.get(
             f"{running.url}/approvals/{approval_name}", headers=running.headers, timeout=30
         )
-        assert polled.json() == {"approval": approval_name, "decision": "Pending"}
+        assert polled.json() == {"approval": approval_name, "decision": "Pending", "ready": True}
         # Without the pod-local credential, no one learns anything.
         assert httpx.get(f"{running.url}/approvals/{approval_name}").status_code == 401
 

@@ -1,21 +1,26 @@
-"""Approvals and Goals on the real API server: the operator announces an Approval and checks it
-binds to a live Session, never deciding it; a Goal's status is initialised."""
+"""Approvals on the real API server: the operator announces an Approval and checks it binds to
+a live Session, never deciding it. (Goals: test_operator_goal.py.)"""
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from .._scripted import tool_results
 from ._operator_fixtures import (
     OperatorHandle,
+    ScriptedModelHandle,
     agent_doc,
     session_doc,
     wait_for,
 )
+from .test_approvals_end_to_end import People, corral, people  # noqa: F401 - a fixture
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(180)
 
 
 def _approval(name: str, session: str, uid: str) -> dict[str, Any]:
@@ -51,22 +56,56 @@ def test_an_approval_is_announced_and_checked_against_its_session_but_never_deci
         assert "status" not in body or body["status"].get("decision") in (None, "Pending")
 
 
-def test_a_goal_gets_its_status_initialised(operator: OperatorHandle, git_repo: Path) -> None:
-    template = session_doc("unused", git_repo)["spec"]
-    goal = {
-        "apiVersion": "corral.dev/v1alpha1",
-        "kind": "Goal",
-        "metadata": {"name": "green"},
-        "spec": {
-            "description": "tests pass",
-            "success": {"name": "unit", "command": "true"},
-            "sessionTemplate": {"spec": template},
-        },
-    }
-    operator.apply(agent_doc(), goal)
-    status = wait_for(
-        "the goal's status", lambda: (operator.get("goal", "green") or {}).get("status")
+def test_a_session_waits_for_a_person_then_replays_the_call_after_corral_approve(
+    operator: OperatorHandle,
+    scripted_model: ScriptedModelHandle,
+    git_repo: Path,
+    people: People,  # noqa: F811 - the fixture imported above
+) -> None:
+    """In a real sandbox pod: `git merge` asks once (the custodian creates one Approval), the
+    Session reads WaitingForHuman while it is pending, and a person's `corral approve` lets the
+    same call run."""
+    name = f"{operator.namespace}-merge"
+    merge = {"command": "git merge --ff-only main && echo MERGED"}
+    scripted_model.load(
+        {
+            "conversations": {
+                name: [
+                    {"text": "Merging main.", "tool_use": {"name": "bash", "input": merge}},
+                    {
+                        "when": {"tool_result_contains": "MERGED"},
+                        "text": "Merged.",
+                        "otherwise": {"text": "Not merged."},
+                    },
+                ]
+            }
+        }
     )
-    assert status["verdict"] == "Pending" and status["waves"] == 0
-    ready = next(c for c in status["conditions"] if c["type"] == "Ready")
-    assert ready["status"] == "True"
+    operator.apply(agent_doc(), session_doc(name, git_repo))
+    waiting = operator.wait_phase(name, {"WaitingForHuman"})
+    progressing = next(c for c in waiting["conditions"] if c["type"] == "Progressing")
+    assert (progressing["status"], progressing["reason"]) == ("True", "WaitingForHuman")
+    assert "waits for a person" in progressing["message"]
+
+    def mine() -> list[dict[str, Any]]:
+        found = operator.cp.kubectl("get", "approvals", "-n", operator.namespace, "-o", "json")
+        items = json.loads(found.stdout)["items"]
+        return [a for a in items if a["spec"]["sessionRef"]["name"] == name]
+
+    (approval,) = mine()
+    assert approval["spec"]["action"]["tool"] == "bash"
+    assert json.loads(approval["spec"]["action"]["arguments"]) == merge
+    time.sleep(2)  # still waiting, still one request
+    assert operator.session_status(name)["phase"] == "WaitingForHuman" and len(mine()) == 1
+
+    approved = corral(
+        "approve", approval["metadata"]["name"], kubeconfig=people.alice,
+        namespace=operator.namespace,
+    )  # fmt: skip
+    assert approved.returncode == 0, approved.stderr
+    status = operator.wait_phase(name, {"Succeeded", "Failed"})
+    assert status["phase"] == "Succeeded", status
+    assert status["turns"] == 1
+    results = tool_results(scripted_model.requests(name))
+    assert any("MERGED" in r for r in results), results
+    assert len(mine()) == 1

@@ -62,6 +62,7 @@ OPERATOR = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}"
     [
         ("create", "pods"),
         ("delete", "pods"),
+        ("patch", "pods"),  # adopting a warm-pool pod relabels it
         ("watch", "pods"),
         ("get", "pods/log"),
         ("create", "secrets"),
@@ -76,7 +77,13 @@ OPERATOR = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}"
         ("patch", "agents.corral.dev/status"),
         ("patch", "evidences.corral.dev/status"),
         ("create", "evidences.corral.dev"),  # only the operator creates Evidence
+        ("create", "sessions.corral.dev"),  # a Goal's waves (docs/goals.md)
+        ("patch", "goals.corral.dev"),  # the Goal daemon's finalizer and annotations
+        ("patch", "goals.corral.dev/status"),
         ("watch", "approvals.corral.dev"),
+        ("watch", "freezes.corral.dev"),
+        ("list", "freezes.corral.dev"),
+        ("patch", "freezes.corral.dev/status"),
     ],
 )
 def test_the_operator_may_do_what_its_code_does(
@@ -97,9 +104,12 @@ def test_the_operator_may_do_what_its_code_does(
         ("update", "pods"),
         ("create", "serviceaccounts/token"),
         ("update", "sessions.corral.dev"),  # a Session's spec is the user's
-        ("create", "sessions.corral.dev"),
+        ("update", "goals.corral.dev"),  # a Goal's spec is the user's
         ("create", "approvals.corral.dev"),
         ("delete", "agents.corral.dev"),
+        ("create", "freezes.corral.dev"),  # a freeze is a person's switch
+        ("delete", "freezes.corral.dev"),
+        ("patch", "freezes.corral.dev"),
         ("update", "networkpolicies.networking.k8s.io"),  # never adopt or overwrite
         ("delete", "networkpolicies.networking.k8s.io"),
         ("create", "deployments.apps"),
@@ -165,6 +175,14 @@ def _sandbox(namespace: str) -> str:
         ("create", "agents.corral.dev", False),
         ("update", "agents.corral.dev", False),
         ("get", "goals.corral.dev", False),
+        # Freezes are read live (a held session refuses work) and never written by the agent.
+        ("get", "freezes.corral.dev", True),
+        ("list", "freezes.corral.dev", True),
+        ("create", "freezes.corral.dev", False),
+        ("update", "freezes.corral.dev", False),
+        ("patch", "freezes.corral.dev", False),
+        ("delete", "freezes.corral.dev", False),
+        ("patch", "freezes.corral.dev/status", False),
         ("get", "secrets", False),
         ("list", "secrets", False),
         ("create", "pods", False),
@@ -279,6 +297,34 @@ def test_the_sandbox_identity_cannot_create_evidence(
     assert read.returncode == 0, read.stderr
 
 
+def test_the_sandbox_identity_cannot_freeze_or_unfreeze(
+    control_plane: ControlPlane, chart_rbac: str
+) -> None:
+    """Real requests: the agent can neither lift a freeze on itself nor freeze others."""
+    ns = chart_rbac
+    sandbox = identity_kubeconfig(control_plane, ns, SANDBOX_SA)
+    freeze = {
+        "apiVersion": "corral.dev/v1alpha1",
+        "kind": "Freeze",
+        "metadata": {"name": "namespace"},
+        "spec": {"scope": {"namespace": True}},
+    }
+    created = _as(control_plane, sandbox, "create", "-n", ns, "-f", "-", doc=freeze)
+    assert created.returncode != 0 and "forbidden" in created.stderr.lower(), created.stderr
+    control_plane.kubectl("create", "-n", ns, "-f", "-", input=yaml.safe_dump(freeze))
+    for args in (
+        ("delete", "freeze", "namespace", "-n", ns),
+        ("patch", "freeze", "namespace", "-n", ns, "--type=merge", "-p",
+         '{"spec": {"frozen": false}}'),
+    ):  # fmt: skip
+        refused = _as(control_plane, sandbox, *args)
+        assert refused.returncode != 0 and "forbidden" in refused.stderr.lower(), refused.stderr
+    still = control_plane.kubectl("get", "freeze", "namespace", "-n", ns, "-o", "json").stdout
+    assert json.loads(still)["spec"]["frozen"] is True
+    read = _as(control_plane, sandbox, "get", "freezes", "-n", ns, "-o", "name")
+    assert read.returncode == 0 and "freeze.corral.dev/namespace" in read.stdout
+
+
 def test_the_chart_renders_with_defaults_and_refuses_bad_values(
     control_plane: ControlPlane,
 ) -> None:
@@ -293,6 +339,13 @@ def test_the_chart_renders_with_defaults_and_refuses_bad_values(
             "Role",
             "RoleBinding",
             "Deployment",
+            "ClusterRole",  # freezer (docs/freeze.md)
+            "ConfigMap",  # the model catalog (docs/model-catalog.md)
+            # Deciding Approvals and reading Evidence (docs/approvals.md, docs/ci.md).
+            "ClusterRole",
+            "ClusterRole",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
         ]
     )
     deployment = next(d for d in docs if d["kind"] == "Deployment")

@@ -27,9 +27,12 @@ def test_the_demo_session_fixes_the_bug_and_the_guard_confirms_it(
     )
     assert done.code == 0, done.stderr + done.stdout
 
-    # The file really changed, and only the code, not the tests.
-    diff = git(demo_workspace, "diff", "--name-only").split()
+    # The file really changed, and only the code, not the tests: committed at the turn's end
+    # as the agent, on the branch the workspace is on (docs/delivery.md).
+    diff = git(demo_workspace, "diff", "--name-only", "HEAD~1", "HEAD").split()
     assert diff == ["shop/pricing.py"]
+    assert git(demo_workspace, "status", "--porcelain") == ""
+    assert git(demo_workspace, "log", "-1", "--format=%an").strip() == "fixer"
     assert "discount_percent / 100" in (demo_workspace / "shop" / "pricing.py").read_text()
     assert unittest_passes(demo_workspace)
 

@@ -1,7 +1,8 @@
 """The conformance rig: the real `corral-harness` process, the scripted model and a Menu stand-in.
 
 The harness runs as a subprocess on a free loopback port with its own state dir and granted
-root, and talks to the scripted model through the real `anthropic` SDK. The Menu stand-in is a
+root, and talks to the scripted model through its default engine adapter (lean, over httpx;
+tests/wire/test_engine.py runs the SDK adapter too). The Menu stand-in is a
 small real HTTP server that plays the custodian's surface (it is a stand-in: the real custodian
 is `corral_custodian`).
 """

@@ -6,7 +6,6 @@ policy that asks is passed to `create_app` as an object.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +15,7 @@ import httpx
 import pytest
 import uvicorn
 
+from corral_common.approval_files import ApprovalFiles, Verdict
 from corral_harness.config import HarnessConfig
 from corral_harness.default_policy import DefaultPolicy
 from corral_harness.scripted import free_port
@@ -58,11 +58,8 @@ def asking_harness(tmp_path: Path, model: Model) -> Iterator[Harness]:
 
 
 def _decide(state: Path, approval_id: str, decision: str) -> dict[str, Any]:
-    path = state / "approvals" / f"{approval_id}.json"
-    record = json.loads(path.read_text())
-    record["decision"] = decision
-    path.write_text(json.dumps(record))
-    return dict(record)
+    verdict: Verdict = "approved" if decision == "approved" else "denied"
+    return ApprovalFiles(state / "approvals").decide(approval_id, verdict, by="the test")
 
 
 def test_ask_waits_for_the_human_then_runs_or_refuses(

@@ -1,17 +1,42 @@
-"""The engine over the real SDK: order of calls, aborts, orphans, retries, timeouts, limits."""
+"""The engine through the wire: order of calls, aborts, orphans, retries, timeouts, limits.
+
+Every test runs against two harness processes, one per engine adapter (CORRAL_ENGINE=lean, the
+default, and CORRAL_ENGINE=sdk, the official SDK it is held to).
+"""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from corral_harness.engine.seam import DID_NOT_RUN
 
-from ._rig import AGENT, Harness, Model
+from ._rig import AGENT, Harness, MenuStandIn, Model
 
 pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module", params=["lean", "sdk"])
+def harness(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    model: Model,
+    menu: tuple[MenuStandIn, str],
+) -> Iterator[Harness]:
+    """This module's harness process, once per engine adapter (it shadows the shared one)."""
+    engine = str(request.param)
+    tmp = tmp_path_factory.mktemp(f"harness-{engine}")
+    (tmp / "state").mkdir()
+    (tmp / "root").mkdir()
+    proc = Harness(
+        model.url, menu[1], tmp / "state", tmp / "root", extra_env={"CORRAL_ENGINE": engine}
+    )
+    proc.start()
+    yield proc
+    proc.stop()
 
 
 def _events(harness: Harness, conv: str, kind: str) -> list[dict[str, Any]]:
@@ -303,3 +328,50 @@ def test_tool_results_reach_the_model_and_a_scenario_can_branch_on_them(
     )
     settled = harness.wait_settled(conv, harness.admit(conv)["submissionId"])
     assert settled["text"] == "found it"
+
+
+def test_thinking_tool_use_and_usage_with_cache_come_back_whole(
+    harness: Harness, model: Model, conv: str
+) -> None:
+    """A signed thinking block, text and a tool call in one answer: the next request sends the
+    answer back as it came; usage (cache reads and writes too) is summed over both answers and
+    priced from the catalog."""
+    usage = {
+        "input_tokens": 1000,
+        "output_tokens": 100,
+        "cache_read_input_tokens": 2000,
+        "cache_creation_input_tokens": 400,
+    }
+    model.script(
+        conv,
+        [
+            {
+                "thinking": "I should look first.",
+                "text": "Looking.",
+                "tool_use": {"name": "bash", "input": {"command": "echo seen"}},
+                "usage": usage,
+            },
+            {"text": "Seen.", "usage": usage},
+        ],
+    )
+    spec = {**AGENT, "model": "claude-sonnet-4-5"}
+    settled = harness.wait_settled(conv, harness.admit(conv, spec=spec)["submissionId"])
+    assert settled["status"] == "completed" and settled["text"] == "Seen."
+    first, second = model.requests(conv)
+    assert first["thinking"]["type"] == "enabled"
+    sent_back = second["messages"][1]
+    assert sent_back["role"] == "assistant"
+    thinking, text, call = sent_back["content"]
+    assert thinking["type"] == "thinking" and thinking["thinking"] == "I should look first."
+    assert thinking["signature"]  # the provider's signature, or the block would be refused
+    assert text == {"type": "text", "text": "Looking."}
+    assert call["type"] == "tool_use" and call["input"] == {"command": "echo seen"}
+    assert second["messages"][2]["content"][0]["content"] == "seen\n"
+    # claude-sonnet-4-5: $3 input, $15 output, $0.30 cache read, $3.75 cache write per MTok.
+    assert settled["usage"] == {
+        "input": 2000,
+        "output": 200,
+        "cacheRead": 4000,
+        "cacheWrite": 800,
+        "cost": round((2000 * 3 + 200 * 15 + 4000 * 0.3 + 800 * 3.75) / 1e6, 10),
+    }

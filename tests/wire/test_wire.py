@@ -35,9 +35,12 @@ def test_admit_then_long_poll_to_completed_settlement(
         "cost": 0.006,
     }
     kinds = [e["type"] for e in harness.history(conv)]
-    assert kinds == ["submission_started", "message", "settled"]
+    # The ledger's start comes right after the submission starts; the turn's shape events
+    # (docs/turns.md) may come between it and the one model answer.
+    assert kinds[:2] == ["submission_started", "turn_started"] and kinds[-1] == "settled"
+    assert kinds.count("message") == 1
     offsets = [e["offset"] for e in harness.history(conv)]
-    assert offsets == [0, 1, 2]
+    assert offsets == list(range(len(kinds)))
 
 
 def test_long_poll_waits_for_an_event_and_returns_at_timeout(

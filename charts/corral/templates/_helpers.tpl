@@ -58,3 +58,12 @@ capabilities:
 seccompProfile:
   type: RuntimeDefault
 {{- end }}
+
+{{/* The Secret holding the memory store's `dsn` (docs/memory.md), or nothing. */}}
+{{- define "corral.memorySecret" -}}
+{{- if .Values.memory.postgres.existingSecret -}}
+{{- .Values.memory.postgres.existingSecret -}}
+{{- else if .Values.memory.postgres.deploy -}}
+{{- printf "%s-memory" .Release.Name -}}
+{{- end -}}
+{{- end }}

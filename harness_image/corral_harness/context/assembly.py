@@ -5,9 +5,10 @@ It opens nothing (no session, no files, no memory store); the caller collects th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from .layers import DEFAULT_STRATEGIES, LAYER_ORDER, LayerName, Strategy
 from .tokenizer import DEFAULT_TOKENIZER, Tokenizer
@@ -79,6 +80,35 @@ def _section(name: str, body: str) -> str:
 
 
 def trim_layer(
+    name: LayerName,
+    units: Sequence[Unit],
+    budget: int,
+    strategy: Strategy,
+    tokenizer: Tokenizer,
+) -> tuple[LayerReport, list[Unit]]:
+    if strategy is Strategy.DROP_WHOLE_UNITS:
+        # These layers (the instruction files, the rules) come back unchanged step after step,
+        # and trimming 200 AGENTS.md costs more than finding them unchanged: the same inputs
+        # give the same answer, so it is kept (units compare by value; their texts' hashes are
+        # cached by the strings themselves).
+        try:
+            report, kept = _trim_whole_units(name, tuple(units), budget, cast(Hashable, tokenizer))
+        except TypeError:  # a tokenizer that cannot be a key
+            return _trim(name, units, budget, strategy, tokenizer)
+        return report, list(kept)
+    return _trim(name, units, budget, strategy, tokenizer)
+
+
+@functools.lru_cache(maxsize=32)
+def _trim_whole_units(
+    name: LayerName, units: tuple[Unit, ...], budget: int, tokenizer: Hashable
+) -> tuple[LayerReport, tuple[Unit, ...]]:
+    counter = cast(Tokenizer, tokenizer)
+    report, kept = _trim(name, units, budget, Strategy.DROP_WHOLE_UNITS, counter)
+    return report, tuple(kept)
+
+
+def _trim(
     name: LayerName,
     units: Sequence[Unit],
     budget: int,

@@ -125,8 +125,17 @@ class NamedFileIndex:
 
     def find(self, known: Mapping[str, Fingerprint], max_bytes: int) -> list[FoundFile]:
         """Every match; one whose fingerprint is in `known` comes back without its content."""
+        return self.read(self.scan(), known, max_bytes)
+
+    @staticmethod
+    def read(
+        matches: list[tuple[str, str, os.stat_result]],
+        known: Mapping[str, Fingerprint],
+        max_bytes: int,
+    ) -> list[FoundFile]:
+        """`scan`'s matches as `find` answers them."""
         found: list[FoundFile] = []
-        for rel, full, info in self.scan():
+        for rel, full, info in matches:
             size, mtime = info.st_size, info.st_mtime_ns
             if known.get(rel) == (size, mtime):
                 found.append(FoundFile(rel, size, mtime, None))
@@ -138,6 +147,42 @@ class NamedFileIndex:
                 continue
             found.append(FoundFile(rel, size, mtime, workspace_text(data)))
         return found
+
+
+class SurveyGenerations:
+    """The survey's change signal, kept by the in-process workspace as the exec service keeps
+    it (corral_exec/generation.go): per file name a counter that moves whenever a scan differs
+    from the previous one (the matches' paths, sizes and mtimes, the root's entries, .git/HEAD)
+    or holds a match changed within RACY_WINDOW_NS, whose fingerprint cannot be trusted yet."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_name: dict[str, tuple[int, object]] = {}
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return list(self._by_name)
+
+    def observe(
+        self,
+        name: str,
+        matches: list[tuple[str, str, os.stat_result]],
+        entries: list[tuple[str, str]],
+        git_head: str | None,
+    ) -> int:
+        racy_after = time.time_ns() - RACY_WINDOW_NS
+        racy = any(info.st_mtime_ns >= racy_after for _, _, info in matches)
+        signature = (
+            tuple(sorted((rel, info.st_size, info.st_mtime_ns) for rel, _, info in matches)),
+            tuple(sorted(entries)),
+            git_head,
+        )
+        with self._lock:
+            number, previous = self._by_name.get(name, (0, None))
+            if racy or number == 0 or previous != signature:
+                number += 1
+            self._by_name[name] = (number, signature)
+            return number
 
 
 def _no_follow(path: str, flags: int) -> int:
@@ -179,7 +224,8 @@ def scan_instruction_files(root: str | os.PathLike[str]) -> list[InstructionFile
 
 def instruction_units(files: list[InstructionFile], agent_instructions: str) -> list[Unit]:
     """The instruction_files layer's units, least authoritative first."""
-    units = [Unit(source=f.relpath, text=f.text) for f in files if f.text.strip()]
+    # isspace, not strip: no copy of every file's text at every step.
+    units = [Unit(source=f.relpath, text=f.text) for f in files if f.text and not f.text.isspace()]
     if agent_instructions.strip():
         units.append(Unit(source=AGENT_SOURCE, text=agent_instructions))
     return units
@@ -190,23 +236,28 @@ class InstructionFileCache:
     changed, and the next load rescans it.
 
     There is no file watching: the caller knows when a tool may have changed a file and says
-    so (the turn policy invalidates after write, edit and bash). A rescan through a workspace
-    (`refresh`) sends the fingerprints it holds, so unchanged files are not read again.
+    so (the turn policy invalidates after write and edit, and asks `command_ran` after bash).
+    A rescan through a workspace (`refresh`) sends the fingerprints it holds, so unchanged files
+    are not read again, and the survey generation its files were read at, so an unchanged tree
+    is confirmed (`confirm`) without any file travelling.
     """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._by_root: dict[str, list[InstructionFile]] = {}
+        self._generation: dict[str, int] = {}  # the workspace's survey generation, by root
         self._stale: set[str] = set()
         self.scans = 0  # how many scans ran; lets tests and benches see cache hits
+        self.confirmations = 0  # how many rescans found the tree unchanged
 
     def _fresh(self, key: str) -> list[InstructionFile] | None:
         with self._lock:
             return None if key in self._stale else self._by_root.get(key)
 
-    def _store(self, key: str, files: list[InstructionFile]) -> None:
+    def _store(self, key: str, files: list[InstructionFile], generation: int = 0) -> None:
         with self._lock:
             self._by_root[key] = files
+            self._generation[key] = generation  # with the files, under one lock: never apart
             self._stale.discard(key)
             self.scans += 1
 
@@ -236,15 +287,47 @@ class InstructionFileCache:
         return {f.relpath: (f.size, f.mtime_ns) for f in previous if f.size >= 0}
 
     def update(
-        self, root: str | os.PathLike[str], found: list[FoundFile], asked_at_ns: int
+        self,
+        root: str | os.PathLike[str],
+        found: list[FoundFile],
+        asked_at_ns: int,
+        generation: int = 0,
     ) -> list[InstructionFile]:
-        """Take a rescan's answer (asked for at `asked_at_ns`, with `fingerprints(root)`)."""
+        """Take a rescan's answer (asked for at `asked_at_ns`, with `fingerprints(root)`), read
+        at the workspace's survey `generation` (0: the workspace gave none)."""
         key = str(root)
         with self._lock:
             previous = list(self._by_root.get(key, []))
         files = _files_from(found, previous, asked_at_ns)
-        self._store(key, files)
+        self._store(key, files, generation)
         return files
+
+    def generation(self, root: str | os.PathLike[str]) -> int:
+        """The survey generation the cached files were read at (0: none, or not cached)."""
+        with self._lock:
+            return self._generation.get(str(root), 0) if str(root) in self._by_root else 0
+
+    def confirm(self, root: str | os.PathLike[str], generation: int) -> list[InstructionFile]:
+        """The workspace answered that its tree is still at `generation`: the cached files are
+        fresh again, untouched. (Files a concurrent rescan stored at another generation in the
+        meantime stand as they are: they were read later.)"""
+        key = str(root)
+        with self._lock:
+            if self._generation.get(key) == generation:
+                self._stale.discard(key)
+                self.confirmations += 1
+            return self._by_root.get(key, [])
+
+    def command_ran(self, root: str | os.PathLike[str], generation: int | None) -> None:
+        """A command ran in the root and may have changed anything; `generation` is the
+        workspace's survey generation after it (None when the workspace cannot say). Unless it
+        is the one the cached files were read at, the root is stale."""
+        key = str(root)
+        with self._lock:
+            if key not in self._by_root:
+                return
+            if not generation or self._generation.get(key) != generation:
+                self._stale.add(key)
 
     async def refresh(self, source: InstructionSource) -> list[InstructionFile]:
         """The files of a workspace, rescanned through it when stale or not cached."""

@@ -3,7 +3,8 @@
 The harness holds no cluster identity, so an `ask` goes to the custodian's Menu endpoint
 `request_approval` (which creates an Approval bound to this session's name and uid) and the
 decision is read back from `GET /approvals/{name}`, which answers only for this session's
-Approvals. A human decides with `kubectl patch approval ... --subresource=status`.
+Approvals. A person decides with `corral approve NAME` / `corral deny NAME` (docs/approvals.md).
+Without a cluster (`corral run`) the custodian keeps the request in its local file store.
 
 The request carries `X-Corral-Approval-Gate: 1`: it is the policy's gate asking about a call
 the allowlist already let through, so the custodian does not hold it to the Agent's allowlist
@@ -65,8 +66,11 @@ class CustodianApprovalPort:
             try:
                 response = await self._client.get(f"{self.base_url}/approvals/{approval_id}")
                 if response.status_code == 200:
-                    decision = str(response.json().get("decision", "Pending"))
-                    if decision == "Approved":
+                    answer = response.json()
+                    decision = str(answer.get("decision", "Pending"))
+                    # `ready: false`: approved, but the machine check beside the human (the
+                    # Evidence of a landing check) has no verdict yet; the call waits for it.
+                    if decision == "Approved" and answer.get("ready", True) is not False:
                         return "approved"
                     if decision == "Denied":
                         return "denied"

@@ -1,5 +1,7 @@
-"""The engine seam (`seam.py`), its provider-message helpers, and the one adapter on the SDK.
+"""The engine seam (`seam.py`), its provider-message helpers, the shared tool loop (`_loop.py`)
+and two adapters: `lean_engine` (httpx, the default) and `anthropic_engine` (the official SDK,
+the reference). `choice.py` picks one from CORRAL_ENGINE.
 
-Importing this package does not import the SDK: only `anthropic_engine` does, and the server
-loads it in the background.
+Importing this package does not import the SDK: only `anthropic_engine` does, and only when
+CORRAL_ENGINE=sdk chooses it.
 """

@@ -1,4 +1,8 @@
-"""Builds one assistant message from Messages-API stream events, and knows what is kept on a cut."""
+"""Builds one assistant message from Messages-API stream events, and knows what is kept on a cut.
+
+Events come as the SDK's typed objects (the SDK adapter) or as the parsed JSON dicts of the
+stream (the lean adapter); `_get` reads a field from either, so both build the same message.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,12 @@ import json
 from typing import Any
 
 from .seam import Usage
+
+
+def _get(obj: Any, name: str) -> Any:
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
 
 
 class MessageBuilder:
@@ -19,18 +29,18 @@ class MessageBuilder:
         self.finished = False  # message_stop seen
 
     def on_event(self, event: Any) -> None:
-        kind = event.type
+        kind = _get(event, "type")
         if kind == "message_start":
-            self._take_usage(getattr(event.message, "usage", None))
+            self._take_usage(_get(_get(event, "message"), "usage"))
         elif kind == "content_block_start":
-            self._start(event.index, event.content_block)
+            self._start(_get(event, "index"), _get(event, "content_block"))
         elif kind == "content_block_delta":
-            self._delta(event.index, event.delta)
+            self._delta(_get(event, "index"), _get(event, "delta"))
         elif kind == "content_block_stop":
-            self._stop(event.index)
+            self._stop(_get(event, "index"))
         elif kind == "message_delta":
-            self.stop_reason = getattr(event.delta, "stop_reason", None) or self.stop_reason
-            self._take_usage(getattr(event, "usage", None))
+            self.stop_reason = _get(_get(event, "delta"), "stop_reason") or self.stop_reason
+            self._take_usage(_get(event, "usage"))
         elif kind == "message_stop":
             self.finished = True
 
@@ -43,31 +53,33 @@ class MessageBuilder:
             "cache_read_input_tokens",
             "cache_creation_input_tokens",
         ):
-            value = getattr(usage, key, None)
+            value = _get(usage, key)
             if value is not None:
                 self.usage[key] = int(value)
 
     def _start(self, index: int, block: Any) -> None:
-        kind = block.type
+        kind = _get(block, "type")
         if kind == "text":
-            self.blocks[index] = {"type": "text", "text": block.text or ""}
+            self.blocks[index] = {"type": "text", "text": _get(block, "text") or ""}
         elif kind == "thinking":
             self.blocks[index] = {
                 "type": "thinking",
-                "thinking": block.thinking or "",
-                "signature": block.signature or "",
+                "thinking": _get(block, "thinking") or "",
+                "signature": _get(block, "signature") or "",
             }
         elif kind == "redacted_thinking":
-            self.blocks[index] = {"type": "redacted_thinking", "data": block.data}
+            self.blocks[index] = {"type": "redacted_thinking", "data": _get(block, "data")}
         elif kind == "tool_use":
             self.blocks[index] = {
                 "type": "tool_use",
-                "id": block.id,
-                "name": block.name,
+                "id": _get(block, "id"),
+                "name": _get(block, "name"),
                 "input": {},
             }
             self._json[index] = ""
             self.forwarded = True
+        elif isinstance(block, dict):
+            self.blocks[index] = {k: v for k, v in block.items() if v is not None}
         else:
             self.blocks[index] = block.model_dump(mode="json", exclude_none=True)
         if self.blocks[index].get("text"):
@@ -77,17 +89,18 @@ class MessageBuilder:
         block = self.blocks.get(index)
         if block is None:
             return
-        kind = delta.type
+        kind = _get(delta, "type")
         if kind == "text_delta":
-            block["text"] = block.get("text", "") + delta.text
-            self.forwarded = self.forwarded or bool(delta.text)
+            text = _get(delta, "text") or ""
+            block["text"] = block.get("text", "") + text
+            self.forwarded = self.forwarded or bool(text)
         elif kind == "thinking_delta":
-            block["thinking"] = block.get("thinking", "") + delta.thinking
+            block["thinking"] = block.get("thinking", "") + (_get(delta, "thinking") or "")
             self.forwarded = True
         elif kind == "signature_delta":
-            block["signature"] = block.get("signature", "") + delta.signature
+            block["signature"] = block.get("signature", "") + (_get(delta, "signature") or "")
         elif kind == "input_json_delta":
-            self._json[index] = self._json.get(index, "") + delta.partial_json
+            self._json[index] = self._json.get(index, "") + (_get(delta, "partial_json") or "")
             self.forwarded = True
 
     def _stop(self, index: int) -> None:

@@ -55,6 +55,7 @@ class EngineJob:
     context: list[dict[str, Any]]  # the conversation so far, provider message shape
     prompt: str
     max_output_tokens: int
+    run_id: str = ""  # sent to the model endpoint (the custodian) as X-Corral-Run-Id
 
 
 @dataclass(frozen=True)

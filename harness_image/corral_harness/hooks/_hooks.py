@@ -51,6 +51,9 @@ class HookResult:
     lines: tuple[str, ...] = ()
     system: str | None = None
     tool_input: dict[str, Any] | None = None
+    # Whether a denial lets the turn go on (a spec hook's `continue`, docs/hooks.md): True
+    # blocks only what was denied; False ends the turn; None keeps the phase's default (ADR 0023).
+    proceed: bool | None = None
 
 
 def allow() -> HookResult:
@@ -85,6 +88,7 @@ class HookOutcome:
     system: str | None = None  # replacement for this one call; None keeps the assembled one
     tool_input: dict[str, Any] | None = None  # the last rewrite, None when untouched
     ran: int = 0
+    proceed: bool | None = None  # the denying handler's `proceed`
 
 
 def _handler_name(handler: HookHandler) -> str:
@@ -143,7 +147,8 @@ class Hooks:
                     denied=True,
                     reason=result.reason or "denied by a hook",
                     denied_by=_handler_name(handler),
-                    lines=tuple(lines),
+                    lines=(*lines, *result.lines),
+                    proceed=result.proceed,
                     system=system,
                     tool_input=tool_input,
                     ran=ran,

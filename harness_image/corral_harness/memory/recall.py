@@ -1,8 +1,12 @@
-"""The recall hook and turn-record pruning.
+"""The recall and after-turn extraction hooks, and turn-record pruning.
 
-Recall runs before each generation: it searches the store with the latest user message and adds
-the hits as call-only lines (never transcript). Any failure is logged and the call goes on
-without memory: a memory fault makes the turn worse, never stops it.
+Recall runs before each generation: it searches memory with the latest user message and adds
+the hits as call-only lines (never transcript). After an accepted turn, a source that extracts
+(the custodian's) is handed the final answer. Any failure is logged and the turn goes on: a
+memory fault makes the turn worse, never stops it.
+
+A source is a local `MemoryStore` (tests, a harness without a custodian) or anything with the
+`RemoteSource` methods (the custodian's client).
 """
 
 from __future__ import annotations
@@ -12,10 +16,11 @@ import re
 import shutil
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
+
+from corral_common.memory import MemoryStore
 
 from ..hooks import HookEvent, HookResult, add_lines
-from .store import MemoryStore
 
 log = logging.getLogger(__name__)
 
@@ -43,26 +48,39 @@ def latest_user_text(messages: Sequence[dict[str, Any]]) -> str:
     return ""
 
 
-def recall_lines(
-    store: MemoryStore, messages: Sequence[dict[str, Any]], limit: int = 5
+class RemoteSource(Protocol):
+    """Memory kept elsewhere (the custodian): recall lines, and extraction after a turn."""
+
+    async def recall_lines(self, query: str, limit: int) -> list[str]: ...
+
+    async def extract(self, final_text: str, submission_id: str) -> None: ...
+
+
+MemorySource = MemoryStore | RemoteSource
+
+
+async def recall_lines(
+    source: MemorySource, messages: Sequence[dict[str, Any]], limit: int = 5
 ) -> list[str]:
     query = latest_user_text(messages)
     if not query:
         return []
-    return [hit.line() for hit in store.recall(query, limit=limit)]
+    if isinstance(source, MemoryStore):
+        return [hit.line() for hit in source.recall(query, limit=limit)]
+    return await source.recall_lines(query, limit)
 
 
 def recall_hook(
-    store_for: Callable[[HookEvent], MemoryStore | None], *, limit: int = 5
-) -> Callable[[HookEvent], HookResult | None]:
-    """A before_generation handler; `store_for` picks the store for the event's scope."""
+    source_for: Callable[[HookEvent], MemorySource | None], *, limit: int = 5
+) -> Callable[[HookEvent], Any]:
+    """A before_generation handler; `source_for` picks the memory for the event's session."""
 
-    def recall(event: HookEvent) -> HookResult | None:
+    async def recall(event: HookEvent) -> HookResult | None:
         try:
-            store = store_for(event)
-            if store is None:
+            source = source_for(event)
+            if source is None:
                 return None
-            lines = recall_lines(store, event.messages, limit)
+            lines = await recall_lines(source, event.messages, limit)
         except Exception:
             log.exception("memory recall failed; continuing without memory")
             return None
@@ -70,6 +88,17 @@ def recall_hook(
 
     recall.__qualname__ = "memory_recall"
     return recall
+
+
+async def extract_after_turn(source: MemorySource | None, final_text: str, submission: str) -> None:
+    """After an accepted turn: hand the final answer to a source that extracts facts from it
+    (the custodian decides whether the Agent wants that). Fail-open: logged, never raised."""
+    if source is None or isinstance(source, MemoryStore) or not final_text.strip():
+        return
+    try:
+        await source.extract(final_text, submission)
+    except Exception:
+        log.exception("memory extraction failed; the turn stands")
 
 
 def prune_turn_records(directory: str | Path, keep: int = KEEP_TURNS) -> list[Path]:

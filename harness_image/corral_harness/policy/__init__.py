@@ -5,7 +5,7 @@ to the pure rules so importing it costs little.
 """
 
 from .always_ask import ask_reason, shell_ask_reason
-from .approvals import LocalApprovalStore, call_digest, settle_ask
+from .approvals import call_digest, settle_ask
 from .fixed_rule import FORBIDDEN, MENU_PREFIX, forbidden_reason
 from .permissions import MAX_VISIBLE_TOOLS, decide, filter_catalog
 from .structured import structured_output_errors
@@ -17,7 +17,6 @@ __all__ = [
     "MENU_PREFIX",
     "TOOL_SEARCH",
     "TOOL_SEARCH_NAME",
-    "LocalApprovalStore",
     "answer_tool_search",
     "ask_reason",
     "call_digest",

@@ -1,120 +1,75 @@
-"""Structured output: the final text must be JSON valid against a schema, or the turn is not done.
+"""Structured output: the final answer must be JSON valid for a schema, or the turn is not done.
 
-A small JSON Schema subset is supported (type, enum, const, properties, required,
-additionalProperties, items, min/max length, items and bounds). A schema using anything else is
-refused when the checker is built, so an unsupported rule is never silently passed.
+The schema comes with the admission (`outputSchema`, from `Session.spec.outputSchema`) and is
+checked with `jsonschema` (full JSON Schema; Draft 2020-12 unless the schema names its
+`$schema`) through `corral_api.output_schema`, the same checker the Session model uses. The turn
+asks `check_output` after each run; an invalid answer goes back to the model with the errors.
+
+What counts as the answer: the run's final assistant text, as JSON. One surrounding Markdown code
+fence (```json ... ```) is tolerated, since models often add one; any other prose is not.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Final
 
-SUPPORTED: Final = frozenset(
-    {
-        "type",
-        "enum",
-        "const",
-        "properties",
-        "required",
-        "additionalProperties",
-        "items",
-        "minLength",
-        "maxLength",
-        "minimum",
-        "maximum",
-        "minItems",
-        "maxItems",
-        "description",
-        "title",
-        "$schema",
-    }
-)
+from corral_api.output_schema import output_errors, schema_problem
 
-_TYPES: Final[dict[str, tuple[type, ...]]] = {
-    "object": (dict,),
-    "array": (list,),
-    "string": (str,),
-    "number": (int, float),
-    "integer": (int,),
-    "boolean": (bool,),
-    "null": (type(None),),
-}
+_FENCED: Final = re.compile(r"\A```[A-Za-z0-9_-]*[ \t]*\n(?P<body>.*?)\n?```\Z", re.DOTALL)
 
 
 class UnsupportedSchema(ValueError):
-    pass
+    """The schema is not a JSON Schema the checker can use."""
 
 
-def check_schema(schema: Any, where: str = "$") -> None:
-    if not isinstance(schema, dict):
-        raise UnsupportedSchema(f"schema at {where} must be an object")
-    unknown = set(schema) - SUPPORTED
-    if unknown:
-        raise UnsupportedSchema(f"schema at {where} uses unsupported keywords: {sorted(unknown)}")
-    for name, sub in (schema.get("properties") or {}).items():
-        check_schema(sub, f"{where}.{name}")
-    if isinstance(schema.get("items"), dict):
-        check_schema(schema["items"], f"{where}[]")
-    if isinstance(schema.get("additionalProperties"), dict):
-        check_schema(schema["additionalProperties"], f"{where}.*")
+def check_schema(schema: Any) -> None:
+    """Refuse a schema that is not a valid JSON Schema object (or too large)."""
+    problem = schema_problem(schema)
+    if problem is not None:
+        raise UnsupportedSchema(f"the output schema {problem}")
 
 
-def _is_type(value: Any, name: str) -> bool:
-    if isinstance(value, bool) and name in ("number", "integer"):
-        return False
-    return isinstance(value, _TYPES[name])
+def answer_json(text: str) -> Any:
+    """The final answer as a JSON value; `ValueError` says why it is not one."""
+    body = text.strip()
+    fenced = _FENCED.match(body)
+    if fenced is not None:
+        body = fenced.group("body").strip()
+    if not body:
+        raise ValueError("the answer is empty; it must be a JSON value")
+    try:
+        return json.loads(body)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"the answer is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
+        ) from exc
 
 
-def validate(value: Any, schema: dict[str, Any], where: str = "$") -> list[str]:
-    errors: list[str] = []
-    kind = schema.get("type")
-    if kind is not None:
-        kinds = kind if isinstance(kind, list) else [kind]
-        if not any(_is_type(value, k) for k in kinds):
-            return [f"{where}: expected {' or '.join(kinds)}, got {type(value).__name__}"]
-    if "enum" in schema and value not in schema["enum"]:
-        errors.append(f"{where}: {value!r} is not one of {schema['enum']!r}")
-    if "const" in schema and value != schema["const"]:
-        errors.append(f"{where}: must equal {schema['const']!r}")
-    if isinstance(value, str):
-        if len(value) < schema.get("minLength", 0):
-            errors.append(f"{where}: shorter than {schema['minLength']}")
-        if "maxLength" in schema and len(value) > schema["maxLength"]:
-            errors.append(f"{where}: longer than {schema['maxLength']}")
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        if "minimum" in schema and value < schema["minimum"]:
-            errors.append(f"{where}: below {schema['minimum']}")
-        if "maximum" in schema and value > schema["maximum"]:
-            errors.append(f"{where}: above {schema['maximum']}")
-    if isinstance(value, dict):
-        props: dict[str, Any] = schema.get("properties") or {}
-        for name in schema.get("required", []):
-            if name not in value:
-                errors.append(f"{where}: missing required property {name!r}")
-        extra = schema.get("additionalProperties", True)
-        for name, item in value.items():
-            if name in props:
-                errors.extend(validate(item, props[name], f"{where}.{name}"))
-            elif extra is False:
-                errors.append(f"{where}: property {name!r} is not allowed")
-            elif isinstance(extra, dict):
-                errors.extend(validate(item, extra, f"{where}.{name}"))
-    if isinstance(value, list):
-        if len(value) < schema.get("minItems", 0):
-            errors.append(f"{where}: fewer than {schema['minItems']} items")
-        if "maxItems" in schema and len(value) > schema["maxItems"]:
-            errors.append(f"{where}: more than {schema['maxItems']} items")
-        if isinstance(schema.get("items"), dict):
-            for i, item in enumerate(value):
-                errors.extend(validate(item, schema["items"], f"{where}[{i}]"))
-    return errors
+def check_output(text: str, schema: dict[str, Any]) -> tuple[Any, list[str]]:
+    """(the parsed answer, why it does not satisfy `schema`); the errors are empty when it does."""
+    try:
+        value = answer_json(text)
+    except ValueError as exc:
+        return None, [str(exc)]
+    return value, output_errors(value, schema)
 
 
 def structured_output_errors(text: str, schema: dict[str, Any]) -> list[str]:
     """Why `text` is not valid structured output; empty when it is."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        return [f"the answer is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"]
-    return validate(value, schema)
+    return check_output(text, schema)[1]
+
+
+def schema_instruction(schema: dict[str, Any]) -> str:
+    """The system-prompt lines that tell the model what its final answer must be."""
+    return (
+        "When you have finished, your final answer must be only a JSON value that satisfies "
+        "this JSON Schema, with no other text around it:\n"
+        + json.dumps(schema, indent=1, sort_keys=True)
+    )
+
+
+def send_back_reason(errors: list[str]) -> str:
+    """What the model reads when its answer goes back: the validation errors."""
+    return "your final answer is not valid structured output: " + "; ".join(errors)

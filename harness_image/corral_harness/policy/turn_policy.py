@@ -17,9 +17,9 @@ the `Workspace`, the same one the working tools act through: in a pod, the tools
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
-import posixpath
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -49,9 +49,14 @@ from ..context.instructions import (
 )
 from ..context.layers import LayerName
 from ..context.sources import project_units, rule_units, task_units
-from ..hooks import HookEvent, HookOutcome, Hooks, Phase
-from ..memory import MemoryStore, prune_turn_records, recall_hook
-from ..paths import PathVerdict
+from ..hooks import HookEvent, HookOutcome, HookRunner, Hooks, Phase, hooks_from_spec
+from ..memory import (
+    MemorySource,
+    MemoryStore,
+    extract_after_turn,
+    prune_turn_records,
+    recall_hook,
+)
 from ..seams import (
     ModelRequestPlan,
     ToolCall,
@@ -73,7 +78,7 @@ MAX_SEND_BACKS = 2
 INSTRUCTION_WRITERS = frozenset({"write", "edit"})
 
 WindowLookup = Callable[[str], int | None]
-MemoryFor = Callable[[TurnContext], MemoryStore | None]
+MemoryFor = Callable[[TurnContext], MemorySource | None]
 TurnRecordsDir = Callable[[TurnContext], Path | None]
 
 
@@ -91,6 +96,11 @@ class _ConversationState:
     visible: list[ToolSpec] | None = None
     turns_started: set[str] = field(default_factory=set)
     send_backs: dict[str, int] = field(default_factory=dict)
+    # Lines hooks gave outside before-generation (after a tool, a denial with `continue`):
+    # sent with the next model call only, never stored.
+    pending_lines: list[str] = field(default_factory=list)
+    # An after-generation denial with `continue` the model has not been told yet, per submission.
+    generation_denials: dict[str, str] = field(default_factory=dict)
 
 
 def _memory_lookup(memory: MemoryStore | MemoryFor | None) -> MemoryFor:
@@ -115,6 +125,11 @@ def memory_per_scope(db_path: str | Path) -> MemoryFor:
         return store
 
     return lookup
+
+
+def _first_turn(transcript: Sequence[dict[str, Any]]) -> bool:
+    """Whether this is a conversation's first turn: its transcript holds only the task."""
+    return len(transcript) == 1 and transcript[0].get("role") == "user"
 
 
 def _branch(head: str | None) -> str | None:
@@ -151,6 +166,7 @@ class CorralTurnPolicy:
         send_back_denied_completions: bool = True,
         turn_records_dir: TurnRecordsDir | None = None,
         instruction_cache: InstructionFileCache | None = None,
+        hook_runner: HookRunner | None = None,
     ) -> None:
         if workspace is None:
             if granted_root is None:
@@ -181,6 +197,8 @@ class CorralTurnPolicy:
             # Recall runs after the caller's own before-generation hooks.
             hooks = hooks.with_handler(Phase.BEFORE_GENERATION, recall_hook(self._store_for_event))
         self.hooks = hooks
+        # Runs the Agent's own hooks (`spec.hooks`), read afresh from every submission's spec.
+        self.hook_runner = hook_runner
         self._current_ctx: dict[str, TurnContext] = {}
 
     @property
@@ -202,7 +220,7 @@ class CorralTurnPolicy:
             raise ValueError("no Agent spec: pass one to the policy or in the TurnContext")
         return agent
 
-    def _store_for_event(self, event: HookEvent) -> MemoryStore | None:
+    def _store_for_event(self, event: HookEvent) -> MemorySource | None:
         ctx = self._current_ctx.get(event.conversation)
         return self._memory_for(ctx) if ctx is not None else None
 
@@ -214,9 +232,18 @@ class CorralTurnPolicy:
             **fields,
         )
 
+    def _hooks_for(self, ctx: TurnContext) -> Hooks:
+        """The Agent's hooks from this submission's spec, ahead of the policy's own."""
+        if self.hook_runner is None:
+            return self.hooks
+        return hooks_from_spec(ctx.agent.hooks, self.hook_runner, base=self.hooks)
+
     async def run_hooks(self, phase: Phase, ctx: TurnContext, **fields: Any) -> HookOutcome:
         self._current_ctx[ctx.conversation] = ctx
-        return await self.hooks.run(self._event(phase, ctx, **fields))
+        return await self._hooks_for(ctx).run(self._event(phase, ctx, **fields))
+
+    def _queue_lines(self, ctx: TurnContext, *lines: str) -> None:
+        self._conv(ctx).pending_lines.extend(line for line in lines if line)
 
     # ------------------------------------------------------------------ assembly
 
@@ -228,15 +255,21 @@ class CorralTurnPolicy:
         if files is not None and self._project is not None:
             return WorkspaceFacts(files, *self._project)
         known = self.cache.fingerprints(root)
+        # The project facts were read with the files: their generation vouches for both.
+        since = self.cache.generation(root) if self._project is not None else 0
         asked_at = time.time_ns()  # the clock of the files' mtimes (the node's, in a pod)
         try:
-            survey = await self.workspace.survey(INSTRUCTION_FILE_NAME, known, MAX_FILE_BYTES)
+            survey = await self.workspace.survey(
+                INSTRUCTION_FILE_NAME, known, MAX_FILE_BYTES, since=since
+            )
         except WorkspaceError as exc:
             # The tools container is away (restarting): this call goes with what was last seen,
             # and the next one asks again.
             log.warning("the workspace could not be surveyed: %s", exc)
             return WorkspaceFacts(self.cache.last(root), *(self._project or (None, [])))
-        files = self.cache.update(root, survey.files, asked_at)
+        if survey.unchanged and self._project is not None:
+            return WorkspaceFacts(self.cache.confirm(root, survey.generation), *self._project)
+        files = self.cache.update(root, survey.files, asked_at, survey.generation)
         entries = sorted(
             e.name + ("/" if e.kind == "dir" else "") for e in survey.entries if e.name != ".git"
         )
@@ -292,10 +325,11 @@ class CorralTurnPolicy:
         outcome = await self.run_hooks(
             Phase.BEFORE_TOOL, ctx, tool_name=call.name, tool_input=dict(call.input)
         )
+        self._queue_lines(ctx, *outcome.lines)
         if outcome.denied:
-            return ToolDecision(
-                "deny", f"hook denied: {outcome.reason}", abort_turn=self.abort_on_pre_deny
-            )
+            # `continue: true` blocks the call alone; the model reads the reason and goes on.
+            aborts = self.abort_on_pre_deny and outcome.proceed is not True
+            return ToolDecision("deny", f"hook denied: {outcome.reason}", abort_turn=aborts)
         effective = outcome.tool_input if outcome.tool_input is not None else call.input
         agent = self._agent(ctx)
         decision = await decide(
@@ -318,24 +352,32 @@ class CorralTurnPolicy:
             conv.turns_started.add(ctx.submission_id)
             # Between turns anyone may have changed the tree (a person, git): rescan once.
             self._tree_changed()
+            if _first_turn(transcript):
+                opened = await self.session_start(ctx)
+                if stop := self._pre_denial(ctx, opened, "session-start"):
+                    return stop
             started = await self.run_hooks(Phase.BEFORE_TURN, ctx, messages=tuple(transcript))
-            if started.denied and self.abort_on_pre_deny:
-                return ModelRequestPlan(
-                    system="", messages=[], stop_reason=f"before-turn hook denied: {started.reason}"
-                )
+            if stop := self._pre_denial(ctx, started, "before-turn"):
+                return stop
         assembled = self.assemble_context(transcript, ctx, facts=await self.workspace_facts())
         before = await self.run_hooks(
             Phase.BEFORE_GENERATION, ctx, system=assembled.prompt, messages=tuple(transcript)
         )
-        if before.denied and self.abort_on_pre_deny:
+        if before.denied and self.abort_on_pre_deny and before.proceed is not True:
             return ModelRequestPlan(
                 system=assembled.prompt,
                 messages=[],
                 stop_reason=f"before-generation hook denied: {before.reason}",
+                stop_error="hook_denied",
                 layer_tokens=assembled.layer_tokens(),
             )
+        if before.denied:
+            self._queue_lines(ctx, f"A before-generation hook objected: {before.reason}")
         system = before.system if before.system is not None else assembled.prompt
-        lines = list(before.lines)
+        # What hooks said since the last call goes with this one, then is forgotten.
+        lines = [*conv.pending_lines, *before.lines]
+        conv.pending_lines.clear()
+        conv.generation_denials.pop(ctx.submission_id, None)
         tools = tools_payload(conv.visible or [])
         fixed = (
             self.tokenizer.count(system)
@@ -368,13 +410,14 @@ class CorralTurnPolicy:
     ) -> None:
         # A tool may have changed an AGENTS.md; the next assembly must see it.
         if call.name == "bash":
-            self._tree_changed()
+            # The workspace scanned what the command left: unless that moved the survey
+            # generation, the cached files and project facts still hold.
+            generation = self.workspace.survey_generation(INSTRUCTION_FILE_NAME)
+            self.cache.command_ran(self.workspace.root, generation)
         elif call.name in INSTRUCTION_WRITERS:
-            self._project = None
-            path = call.input.get("path") or call.input.get("file_path")
-            if isinstance(path, str) and await self._may_be_instructions(path):
-                self.cache.invalidate(self.workspace.root)
-        await self.run_hooks(
+            # A new top-level entry or an AGENTS.md: the survey's generation tells which.
+            self._tree_changed()
+        outcome = await self.run_hooks(
             Phase.AFTER_TOOL,
             ctx,
             tool_name=call.name,
@@ -382,25 +425,28 @@ class CorralTurnPolicy:
             tool_result=result,
             tool_is_error=is_error,
         )
+        # The call already ran: what a hook says about it (a lint finding, a denial's reason)
+        # reaches the model with its next request.
+        self._queue_lines(ctx, *outcome.lines)
+        if outcome.denied:
+            self._queue_lines(ctx, f"A hook objected to that {call.name} call: {outcome.reason}")
 
     def _tree_changed(self) -> None:
+        """Anything may have changed: survey again (answered "unchanged" when nothing did)."""
         self.cache.invalidate(self.workspace.root)
-        self._project = None
-
-    async def _may_be_instructions(self, path: str) -> bool:
-        """Whether a written path can change the scan: an AGENTS.md, a directory, or unknown."""
-        try:
-            resolved = await self.workspace.resolve(path)
-        except WorkspaceError:
-            return True
-        if resolved.verdict is not PathVerdict.INSIDE:
-            return resolved.verdict is PathVerdict.UNCERTAIN
-        name = posixpath.basename(resolved.path)
-        return name == INSTRUCTION_FILE_NAME or resolved.kind in ("dir", "missing")
 
     async def after_generation(self, ctx: TurnContext, message: dict[str, Any]) -> HookOutcome:
-        """Optional: the turn may call this with each model answer."""
-        return await self.run_hooks(Phase.AFTER_GENERATION, ctx, messages=(message,))
+        """Optional: the turn may call this with each model answer.
+
+        A denial stops the run, unless the hook said `continue`: then the model hears the
+        reason with its next request, or, when this answer ends the run, the turn goes back."""
+        outcome = await self.run_hooks(Phase.AFTER_GENERATION, ctx, messages=(message,))
+        self._queue_lines(ctx, *outcome.lines)
+        if outcome.denied and outcome.proceed is True:
+            self._queue_lines(ctx, f"A hook objected to your last answer: {outcome.reason}")
+            self._conv(ctx).generation_denials[ctx.submission_id] = outcome.reason
+            return dataclasses.replace(outcome, denied=False)
+        return outcome
 
     async def after_turn(self, ctx: TurnContext, final_text: str) -> TurnVerdict:
         reasons: list[str] = []
@@ -408,15 +454,26 @@ class CorralTurnPolicy:
             errors = structured_output_errors(final_text, self.output_schema)
             if errors:
                 reasons.append("structured output is not valid: " + "; ".join(errors[:5]))
+        conv = self._conv(ctx)
+        objection = conv.generation_denials.pop(ctx.submission_id, None)
+        if objection is not None:
+            reasons.append(f"after-generation hook denied: {objection}")
         if not reasons:
             outcome = await self.run_hooks(Phase.AFTER_TURN, ctx, final_text=final_text)
             if outcome.denied:
                 reasons.append(f"after-turn hook denied: {outcome.reason}")
+                if outcome.proceed is False:
+                    # A spec hook without `continue`: the turn ends here, not sent back.
+                    conv.pending_lines.clear()
+                    self._prune(ctx)
+                    return TurnVerdict(accept=False, reason=reasons[-1], stop=True)
+            conv.pending_lines.extend(outcome.lines)
         if not reasons:
             self._prune(ctx)
+            # Accepted: memory may learn from the answer (the custodian decides; fail-open).
+            await extract_after_turn(self._memory_for(ctx), final_text, ctx.submission_id)
             return TurnVerdict(accept=True)
         reason = "; ".join(reasons)
-        conv = self._conv(ctx)
         sent = conv.send_backs.get(ctx.submission_id, 0)
         if not self.send_back_denied_completions or sent >= MAX_SEND_BACKS:
             self._prune(ctx)
@@ -431,11 +488,32 @@ class CorralTurnPolicy:
     async def session_start(self, ctx: TurnContext) -> HookOutcome:
         return await self.run_hooks(Phase.SESSION_START, ctx)
 
-    async def session_end(self, ctx: TurnContext) -> HookOutcome:
-        outcome = await self.run_hooks(Phase.SESSION_END, ctx)
+    async def session_end(self, ctx: TurnContext, phase: str | None = None) -> HookOutcome:
+        """The session is over (the wire's `end`); `phase` is the Session's final phase."""
+        outcome = await self.run_hooks(
+            Phase.SESSION_END, ctx, extra={"sessionPhase": phase} if phase else {}
+        )
         self._state.pop(ctx.conversation, None)
         self._current_ctx.pop(ctx.conversation, None)
         return outcome
+
+    def _pre_denial(
+        self, ctx: TurnContext, outcome: HookOutcome, what: str
+    ) -> ModelRequestPlan | None:
+        """A session-start or before-turn denial: the plan that stops the turn, or None when
+        it does not (allowed, `continue: true`, or the policy does not abort on denials)."""
+        if not outcome.denied:
+            self._queue_lines(ctx, *outcome.lines)
+            return None
+        if self.abort_on_pre_deny and outcome.proceed is not True:
+            return ModelRequestPlan(
+                system="",
+                messages=[],
+                stop_reason=f"{what} hook denied: {outcome.reason}",
+                stop_error="hook_denied",
+            )
+        self._queue_lines(ctx, *outcome.lines, f"A {what} hook objected: {outcome.reason}")
+        return None
 
     def _prune(self, ctx: TurnContext) -> None:
         if self.turn_records_dir is None:

@@ -15,6 +15,8 @@ Script format (YAML or JSON)::
       - text: "Hello from the scripted model."
     conversations:
       demo-1:                # replies in order, one per model request of this conversation
+                             # (a key with * ? [ is a glob: boss-child-????? matches any
+                             # child Session the custodian names from boss)
         - thinking: "I will look first."
           text: "Listing files."
           tool_use: {name: bash, input: {command: "ls"}}
@@ -29,6 +31,9 @@ Script format (YAML or JSON)::
         - {fault: {truncate: true, after_blocks: 1}, text: "a"} # stream closes early
         - {text: "slowly", event_delay: 0.2, delay: 0.5}        # slow stream, slow start
         - "a plain string is a text reply"
+        - classify: {understood: "...", done: "...", clear: true, route: oneTool}
+        - plan: [{title: "run the tests", check: {exitCode: 0}}]   # the planner opens a plan
+        - plan_edit: {step: 1, title: "...", check: {token: OK}}   # ...or replans a step
 
 A reply holds blocks in the order thinking, text, tool_use(s) (`tool_uses: [...]` for
 several), or an explicit `content: [{type: text|thinking|tool_use, ...}]` list; `stop_reason`
@@ -37,6 +42,10 @@ estimated token counts. Checks: tool_result_contains, last_user_contains, system
 tools_include; a failing check without `otherwise` answers 400. `after_blocks: k` puts a fault
 after the first k content blocks. When a conversation's replies run out, the model answers a
 short text saying so.
+
+`classify`, `plan` and `plan_edit` are shorthands for the tool calls of the turn's scheduler
+(the classifier's `classify`, the planner's `plan_open` and `plan_edit_step`; docs/turns.md):
+they take the reply's place in the conversation's order like any other reply.
 """
 
 from ._script import Fault, Reply, Script, ScriptError, load_script, parse_script

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import fnmatch
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,16 @@ class Script:
     conversations: dict[str, list[Reply]] = field(default_factory=dict)
 
     def replies_for(self, conversation: str) -> list[Reply]:
-        return self.conversations.get(conversation, self.default)
+        """The conversation's own replies; else those of the first key that is a glob pattern
+        matching it (`boss-child-?????`: a child Session's generated name); else the default.
+        Each conversation still keeps its own place in the replies."""
+        found = self.conversations.get(conversation)
+        if found is not None:
+            return found
+        for key, replies in self.conversations.items():
+            if any(c in key for c in "*?[") and fnmatch.fnmatchcase(conversation, key):
+                return replies
+        return self.default
 
 
 def load_script(path: str | Path) -> Script:
@@ -99,6 +110,24 @@ _REPLY_KEYS = {
     "when",
     "otherwise",
     "repeat",
+    # The scheduler's side calls (docs/turns.md): shorthands for their tool calls.
+    "classify",
+    "plan",
+    "plan_edit",
+}
+# shorthand key -> (the harness's tool name, how the value becomes its input)
+def _as_input(value: Any) -> dict[str, Any]:
+    return dict(value)
+
+
+def _as_plan(value: Any) -> dict[str, Any]:
+    return {"steps": list(value)} if isinstance(value, list) else dict(value)
+
+
+_SHORTHANDS: dict[str, tuple[str, Callable[[Any], dict[str, Any]]]] = {
+    "classify": ("classify", _as_input),
+    "plan": ("plan_open", _as_plan),
+    "plan_edit": ("plan_edit_step", _as_input),
 }
 
 
@@ -118,6 +147,11 @@ def parse_reply(item: Any, where: str) -> Reply:
     uses = list(item.get("tool_uses") or [])
     if "tool_use" in item:
         uses.append(item["tool_use"])
+    for key, (tool, make_input) in _SHORTHANDS.items():
+        if key in item:
+            if not isinstance(item[key], dict | list):
+                raise ScriptError(f"{where}: {key} is a mapping (or, for plan, a list of steps)")
+            uses.append({"name": tool, "input": make_input(item[key])})
     content.extend(_block({"type": "tool_use", **u}, where) for u in uses)
     return Reply(
         content=content,

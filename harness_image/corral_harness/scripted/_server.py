@@ -99,7 +99,14 @@ class ScriptedModel:
                 "headers": {
                     k: v
                     for k, v in request.headers.items()
-                    if k in ("x-api-key", "authorization", "anthropic-version", "user-agent")
+                    if k
+                    in (
+                        "x-api-key",
+                        "authorization",
+                        "anthropic-version",
+                        "user-agent",
+                        "x-corral-run-id",
+                    )
                 },
             }
         )

@@ -59,6 +59,8 @@ class ExecWorkspace:
         self._root = Path(root)
         self._socket_dir: int | None = None
         self._programs: Programs | None = None
+        # The survey generations the service reported after the last command, by file name.
+        self._after_command: dict[str, int] = {}
         self._client = httpx.AsyncClient(
             transport=httpx.AsyncHTTPTransport(uds=self._connectable(self.socket)),
             base_url="http://corral-exec",
@@ -159,10 +161,22 @@ class ExecWorkspace:
         answer = await self._call("/v1/files/list", {"path": self._checked(path)})
         return _entries(answer)
 
-    async def survey(self, name: str, known: Mapping[str, Fingerprint], max_bytes: int) -> Survey:
-        answer = await self._call("/v1/files/survey", _find_body(name, known, max_bytes))
+    async def survey(
+        self, name: str, known: Mapping[str, Fingerprint], max_bytes: int, since: int = 0
+    ) -> Survey:
+        body = _find_body(name, known, max_bytes)
+        if since:  # only then: a service from before the change signal refuses unknown fields
+            body["since"] = since
+        answer = await self._call("/v1/files/survey", body)
+        generation = int(answer.get("generation") or 0)
+        if answer.get("unchanged") is True:
+            return Survey([], [], None, generation, unchanged=True)
         head = answer.get("gitHead")
-        return Survey(_found(answer), _entries(answer), head if isinstance(head, str) else None)
+        head = head if isinstance(head, str) else None
+        return Survey(_found(answer), _entries(answer), head, generation)
+
+    def survey_generation(self, name: str) -> int | None:
+        return self._after_command.get(name)
 
     # ------------------------------------------------------------------------- commands
 
@@ -178,6 +192,8 @@ class ExecWorkspace:
         head, tail = bytearray(), bytearray()
         cut = 0
         outcome: CommandOutcome | None = None
+        # Until this command's exit event, nothing is known of what it changed.
+        self._after_command.clear()
         try:
             # Leaving this block early (the task cancelled: the turn was aborted) closes the
             # connection, and the service kills the command's whole process group.
@@ -196,6 +212,8 @@ class ExecWorkspace:
                     elif kind == "cut":
                         cut = int(event["bytes"])
                     elif kind == "exit":
+                        surveys = event.get("surveys") or {}
+                        self._after_command.update({str(k): int(v) for k, v in surveys.items()})
                         # Read on to the end of the stream (it ends here), so the connection
                         # goes back to the pool instead of being closed.
                         outcome = CommandOutcome(

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from ..context.instructions import NamedFileIndex
+from ..context.instructions import NamedFileIndex, SurveyGenerations
 from ..paths import GrantedRoot, PathVerdict
 from ..seams import (
     CommandOutcome,
@@ -77,6 +77,8 @@ class LocalWorkspace:
     def __init__(self, root: GrantedRoot | str | os.PathLike[str]) -> None:
         self.granted = root if isinstance(root, GrantedRoot) else GrantedRoot(root)
         self._indexes: dict[str, NamedFileIndex] = {}  # find's, by file name
+        self._generations = SurveyGenerations()
+        self._after_command: dict[str, int] = {}  # survey generations after the last command
 
     @property
     def root(self) -> Path:
@@ -185,13 +187,15 @@ class LocalWorkspace:
         base, resolved = self._inside(path or ".")
         return glob_in(self.granted, base, resolved.path, pattern, limit)
 
+    def _index(self, name: str) -> NamedFileIndex:
+        if "/" in name or name in ("", ".", "..") or "\x00" in name:
+            raise WorkspaceError("bad_request", "name must be a plain file name")
+        return self._indexes.setdefault(name, NamedFileIndex(self.root, name))
+
     async def find(
         self, name: str, known: Mapping[str, Fingerprint], max_bytes: int
     ) -> list[FoundFile]:
-        if "/" in name or name in ("", ".", "..") or "\x00" in name:
-            raise WorkspaceError("bad_request", "name must be a plain file name")
-        index = self._indexes.setdefault(name, NamedFileIndex(self.root, name))
-        return await asyncio.to_thread(index.find, known, max_bytes)
+        return await asyncio.to_thread(self._index(name).find, known, max_bytes)
 
     async def list_dir(self, path: str) -> list[DirEntry]:
         real, resolved = self._inside(path or ".")
@@ -203,8 +207,11 @@ class LocalWorkspace:
         except OSError as exc:
             raise _os_error(exc) from exc
 
-    async def survey(self, name: str, known: Mapping[str, Fingerprint], max_bytes: int) -> Survey:
-        files = await self.find(name, known, max_bytes)
+    async def _scan_survey(
+        self, name: str
+    ) -> tuple[list[tuple[str, str, os.stat_result]], list[DirEntry], str | None, int]:
+        """What a survey answers, unread, with its generation (`SurveyGenerations`)."""
+        matches = await asyncio.to_thread(self._index(name).scan)
         try:
             entries = await self.list_dir(".")
         except WorkspaceError:
@@ -213,7 +220,20 @@ class LocalWorkspace:
             head: str | None = await self.read_text(".git/HEAD", 4096)
         except WorkspaceError:
             head = None
-        return Survey(files, entries, head)
+        kinds = [(e.name, str(e.kind)) for e in entries]
+        return matches, entries, head, self._generations.observe(name, matches, kinds, head)
+
+    async def survey(
+        self, name: str, known: Mapping[str, Fingerprint], max_bytes: int, since: int = 0
+    ) -> Survey:
+        matches, entries, head, generation = await self._scan_survey(name)
+        if since and since == generation:
+            return Survey([], [], None, generation, unchanged=True)
+        files = await asyncio.to_thread(NamedFileIndex.read, matches, known, max_bytes)
+        return Survey(files, entries, head, generation)
+
+    def survey_generation(self, name: str) -> int | None:
+        return self._after_command.get(name)
 
     # ------------------------------------------------------------------------- commands
 
@@ -226,12 +246,18 @@ class LocalWorkspace:
         program = argv[0] if "/" in argv[0] else _which(argv[0])
         if program is None:
             raise WorkspaceError("no_program", f"{argv[0]}: program not found")
+        # Until this command's scan, nothing is known of what it changed.
+        self._after_command.clear()
         try:
-            return await run_command(
+            outcome = await run_command(
                 [program, *argv[1:]], str(real), timeout, keep_bytes=keep_bytes
             )
         except FileNotFoundError as exc:
             raise WorkspaceError("no_program", f"{argv[0]}: program not found") from exc
+        # What the command left of every surveyed name: the change signal the policy reads.
+        for name in self._generations.names():
+            self._after_command[name] = (await self._scan_survey(name))[3]
+        return outcome
 
     async def programs(self) -> Programs:
         shell = "/bin/bash" if os.path.exists("/bin/bash") else "/bin/sh"

@@ -1,6 +1,13 @@
 """The turn driver: one implementation of "drive a session's turns", shared by the operator and
 `corral run`. Pure except for what it is handed: a `WirePort` (the harness) and a `TurnStore`."""
 
+from ._children import (
+    ChildrenReport,
+    children_report,
+    running_children,
+    wait_satisfied,
+    waiting_for_of,
+)
 from ._decide import (
     decide_after_settlement,
     evaluate_exit,
@@ -25,11 +32,14 @@ from ._state import (
     EvaluationResult,
     add_usage,
 )
+from ._wake import WAITING_FOR_WAKE, seconds_until_wake
 
 __all__ = [
     "FINAL_PHASES",
+    "WAITING_FOR_WAKE",
     "AdmissionRejected",
     "CheckResult",
+    "ChildrenReport",
     "ConversationLost",
     "Decision",
     "DriverOutcome",
@@ -43,10 +53,15 @@ __all__ = [
     "WirePort",
     "WireRequestFailed",
     "add_usage",
+    "children_report",
     "decide_after_settlement",
     "evaluate_exit",
     "evaluate_substring",
     "follow_up_message",
     "needs_evaluation",
     "resume_message",
+    "running_children",
+    "seconds_until_wake",
+    "wait_satisfied",
+    "waiting_for_of",
 ]

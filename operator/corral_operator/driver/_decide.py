@@ -9,6 +9,7 @@ agent's turn limit) is spent, and then the session stops as failed.
 
 from __future__ import annotations
 
+from corral_api.freeze import FROZEN_ERROR
 from corral_api.kinds import AgentSpec, SessionPhase, SessionSpec
 from corral_api.wire import SettledEvent
 
@@ -20,7 +21,7 @@ _OUTPUT_TAIL = 1500
 def needs_evaluation(settled: SettledEvent, pick: str | None) -> bool:
     """Whether the guard judges this settlement (only a turn that ran to its end)."""
     if settled.status == "completed":
-        return True
+        return settled.question is None  # a turn that asked a person is not an answer
     return settled.status == "ended" and _waiting_phase(pick) is None
 
 
@@ -49,12 +50,52 @@ def follow_up_message(evaluation: EvaluationResult, turns_left: int) -> str:
     return "\n".join(lines)
 
 
+def freeze_interrupted(settled: SettledEvent, interrupt_requested: bool) -> bool:
+    """Whether a freeze, not the turn itself, ended this settlement: the operator's abort with
+    cause `freeze` swept it, or the custodian refused a model call because the session is held
+    (which can come first: the custodian reads the freeze on its own)."""
+    if settled.status not in ("aborted", "failed"):
+        return False
+    if settled.error is not None and settled.error.type == FROZEN_ERROR:
+        return True
+    return interrupt_requested and settled.status == "aborted"
+
+
+def interrupted_decision(turn: int) -> Decision:
+    """After a freeze interrupted turn `turn`: stop driving, not finished. The turn is not
+    counted (no turn limit, no evaluation budget spent); its continuation is admitted under the
+    same number once the freeze is lifted."""
+    return Decision(
+        "finish",
+        "Running",
+        f"turn {turn} was interrupted by a freeze; it continues when the freeze is lifted",
+    )
+
+
+def is_interrupted(state: DriverState) -> bool:
+    """The last settlement is a turn a freeze interrupted (it was not counted)."""
+    last = state.last_settlement
+    return last is not None and last.turn > state.turns
+
+
+def continuation_message(state: DriverState, task: str) -> str:
+    """The message that continues a turn a freeze interrupted."""
+    text = (
+        "Your previous turn was interrupted by a freeze before it finished. The freeze is "
+        "lifted: continue the task where you left off."
+    )
+    if state.turns == 0:
+        text += f"\n\nThe task:\n{task}"  # the first turn may have stopped before it began
+    return text
+
+
 def _waiting_phase(pick: str | None) -> SessionPhase | None:
     """A pick that hands the session to someone else names the phase it waits in."""
     if pick is None:
         return None
     name = pick.removeprefix("mcp__corral__")
-    if "approval" in name:
+    # `land` ends a turn only when it has just asked for its Approval (no decision yet).
+    if "approval" in name or name == "land":
         return "WaitingForHuman"
     if "wait" in name:
         return "WaitingForChildren"
@@ -86,6 +127,8 @@ def decide_after_settlement(
         return Decision("finish", "Failed", f"turn {turn} failed ({error})")
     if abort_requested:
         return Decision("finish", "Stopped", f"stopped on request after turn {turn}")
+    if settled.status == "completed" and settled.question is not None:
+        return Decision("finish", "WaitingForHuman", f"turn {turn} asks: {settled.question}")
     waiting = _waiting_phase(pick) if settled.status == "ended" else None
     if waiting is not None:
         return Decision("finish", waiting, f"turn {turn} ended by its pick {pick}")

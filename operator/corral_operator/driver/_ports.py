@@ -6,8 +6,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from corral_api.kinds import AdmissionLedger
-from corral_api.wire import AdmitRequest, AdmitResponse, SettledEvent
+from corral_api.kinds import AdmissionLedger, AgentSpec
+from corral_api.wire import AdmitRequest, AdmitResponse, EndResponse, SettledEvent
 
 from ._state import DriverState
 
@@ -46,5 +46,11 @@ class WirePort(Protocol):
     async def abort(
         self, conversation: str, *, cause: str | None = None, submission_id: str | None = None
     ) -> bool: ...
+
+    async def end(
+        self, conversation: str, *, agent: AgentSpec | None = None, phase: str | None = None
+    ) -> EndResponse:
+        """The session is over: the harness runs the Agent's sessionEnd hooks."""
+        ...
 
     async def checks(self, command: str, timeout_seconds: int | None = None) -> CheckResult: ...

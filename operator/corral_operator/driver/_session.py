@@ -17,21 +17,37 @@ of admitting the same turn twice.
 from __future__ import annotations
 
 import inspect
+import logging
 from datetime import UTC, datetime
 from typing import Any
 
 from corral_api.kinds import AdmissionLedger, AgentSpec, SessionSpec, SettlementRecord
 from corral_api.wire import AdmitRequest, SettledEvent
 
+from ._children import ChildrenReport, waiting_for_of
 from ._decide import (
+    continuation_message,
     decide_after_settlement,
     evaluate_exit,
     evaluate_substring,
+    freeze_interrupted,
+    interrupted_decision,
+    is_interrupted,
     needs_evaluation,
 )
 from ._faults import ConversationLost, SettlementFault, WireFault
 from ._ports import EventSink, TurnStore, WirePort
-from ._state import Decision, DriverOutcome, DriverState, EvaluationResult, add_usage
+from ._state import (
+    Decision,
+    DriverOutcome,
+    DriverState,
+    EvaluationResult,
+    add_usage,
+    last_turn_of,
+)
+from ._wake import WAITING_FOR_WAKE, clip_answer, seconds_until_wake, time_text, with_wake
+
+log = logging.getLogger("corral.driver")
 
 DEFAULT_CHECK_TIMEOUT = 300
 
@@ -57,8 +73,12 @@ class SessionDriver:
         on_event: EventSink | None = None,
         *,
         check_timeout: int = DEFAULT_CHECK_TIMEOUT,
+        children_report: ChildrenReport | None = None,
     ) -> None:
         self._client = client
+        # What finished children report to a parent resuming from WaitingForChildren.
+        self._children_report = children_report
+        self._wait_input: dict[str, Any] = {}
         self._store = store
         self._agent = agent
         self._session = session
@@ -66,13 +86,21 @@ class SessionDriver:
         self._on_event = on_event
         self._check_timeout = check_timeout
         self._abort_requested = False
+        # The cause a freeze asked to interrupt with; the session continues once it is lifted.
+        self._interrupt: str | None = None
         self._in_flight: str | None = None
         self._pick: str | None = None
         self._state = DriverState()
+        # The replies the next admission starts from (docs/turns.md).
+        self._replies: list[str] = []
 
     @property
     def abort_requested(self) -> bool:
         return self._abort_requested
+
+    @property
+    def interrupted(self) -> bool:
+        return self._interrupt is not None
 
     async def run(self) -> DriverOutcome:
         self._state = await self._store.load()
@@ -85,8 +113,37 @@ class SessionDriver:
         else:
             if self._abort_requested:
                 return await self._finish(Decision("finish", "Stopped", "stopped before a turn"))
-            first = state.turns == 0
-            message = self._session.task if first else resume_message(state)
+            if self._interrupt is not None:
+                held = f"frozen before turn {state.turns + 1} was admitted"
+                return await self._finish(Decision("finish", state.phase, held))
+            if is_interrupted(state):
+                message = continuation_message(state, self._session.task)
+            elif state.phase == WAITING_FOR_WAKE and self._session.wake is not None:
+                if seconds_until_wake(state, datetime.now(UTC)) > 0:
+                    return self._outcome(last_text)  # not woken yet: nothing to admit
+                message = self._session.wake.message
+                # Saved with the wake turn's ledger, in one write: fired once, admitted once.
+                state.woken_at = time_text(datetime.now(UTC))
+            elif state.phase == "WaitingForHuman" and state.question is not None:
+                replies = self._session.replies[state.replies_read :]
+                if not replies:
+                    return self._outcome(last_text)  # no reply yet: nothing to admit
+                message = "\n\n".join(replies)
+                # Saved with the ledger, in one write: each reply starts one turn, once.
+                self._replies = replies
+                state.replies_read = len(self._session.replies)
+                state.question = None
+            elif state.turns == 0:
+                message = self._session.task
+            elif state.phase == "WaitingForChildren" and self._children_report is not None:
+                message = self._children_report.message
+                # Saved with the ledger, in one write: each child's line is sewn in once.
+                state.reported_children = [
+                    *state.reported_children,
+                    *self._children_report.names,
+                ]
+            else:
+                message = resume_message(state)
             ledger = await self._admit(message)
         while True:
             try:
@@ -104,6 +161,10 @@ class SessionDriver:
                     Decision("finish", "Stopped", f"stopped on request after turn {ledger.turn}"),
                     last_text,
                 )
+            if self._interrupt is not None:
+                # Frozen between turns: the follow-up is admitted (as a resume) once lifted.
+                between = Decision("finish", "Running", state.message or "frozen between turns")
+                return await self._finish(between, last_text, saved=True)
             ledger = await self._admit(decision.follow_up)
 
     async def abort(self) -> None:
@@ -112,23 +173,52 @@ class SessionDriver:
         if self._in_flight is not None:
             await self._client.abort(self._conversation, submission_id=self._in_flight)
 
+    async def interrupt(self, cause: str) -> None:
+        """A freeze: abort the turn in flight with `cause` and stop driving, not finished. The
+        interrupted turn is not counted; its continuation is admitted after the freeze."""
+        if self._interrupt is not None:
+            return
+        self._interrupt = cause
+        if self._in_flight is not None:
+            await self._client.abort(self._conversation, cause=cause, submission_id=self._in_flight)
+
     # ------------------------------------------------------------------------------ steps
 
     async def _admit(self, message: str) -> AdmissionLedger:
         state = self._state
         overrides = self._session.overrides
         turn = state.turns + 1
+        attempt = f"-f{state.freeze_interruptions}" if state.freeze_interruptions else ""
+        # The run id the harness's spans, the custodian's log and ours share (docs/tracing.md).
+        run_id = f"{self._conversation}.{turn}{attempt}"
         request = AdmitRequest(
             message=message,
             model=overrides.model if overrides else None,
             thinkingLevel=overrides.thinking_level if overrides else None,
-            agent=self._agent,
+            # The Session's loop (a child's is its parent's) over the Agent's.
+            agent=self._agent.model_copy(update={"loop": overrides.loop})
+            if overrides and overrides.loop
+            else self._agent,
             turn=turn,
+            outputSchema=self._session.output_schema,
+            plan=self._session.plan,
+            decideThenAct=self._session.decide_then_act or None,
+            replies=self._replies or None,
             # The turn number names the admission: a driver that lost its ledger write (an API
-            # error, a crash) admits again with the same key and gets the same submission.
-            idempotencyKey=f"turn-{turn}",
+            # error, a crash) admits again with the same key and gets the same submission. A
+            # turn a freeze interrupted is admitted again under its number: a new key.
+            idempotencyKey=f"turn-{turn}{attempt}",
+            runId=run_id,
         )
         admitted = await self._client.admit(self._conversation, request)
+        log.info(
+            "turn %d of %s admitted as %s, run %s",
+            turn,
+            self._conversation,
+            admitted.submissionId,
+            run_id,
+        )
+        self._replies = []
         ledger = AdmissionLedger(
             stream_url=admitted.streamUrl,
             offset=admitted.offset,
@@ -145,6 +235,7 @@ class SessionDriver:
                 "type": "admitted",
                 "turn": turn,
                 "submissionId": admitted.submissionId,
+                "runId": run_id,
                 "message": message,
             }
         )
@@ -156,6 +247,10 @@ class SessionDriver:
         if self._abort_requested:
             # An abort that arrived while the admission was on its way.
             await self._client.abort(self._conversation, submission_id=ledger.submission_id)
+        elif self._interrupt is not None:
+            await self._client.abort(
+                self._conversation, cause=self._interrupt, submission_id=ledger.submission_id
+            )
         try:
             return await self._client.wait(self._conversation, ledger, self._on_wire_event)
         except SettlementFault as fault:
@@ -175,6 +270,9 @@ class SessionDriver:
         elif kind in ("tool_start", "tool_end", "message") and state.phase == "WaitingForHuman":
             state.phase = "Running"
             await self._store.save(state)
+        if kind == "tool_start" and str(event.get("name", "")).endswith("wait_children"):
+            raw = event.get("input")
+            self._wait_input = dict(raw) if isinstance(raw, dict) else {}
         if kind == "tool_end" and event.get("endsTurn") and self._pick is None:
             # The turn's own pick ended it: say so in the sweep, so it settles `ended`.
             self._pick = str(event.get("name", ""))
@@ -193,24 +291,48 @@ class SessionDriver:
         ):
             evaluation = await self._evaluate(settled)
             state.evaluation_turns += 1
-        state.turns = max(state.turns, ledger.turn)
+        interrupted = not self._abort_requested and freeze_interrupted(
+            settled, self._interrupt is not None
+        )
+        if interrupted:
+            state.freeze_interruptions += 1  # the turn itself is not counted
+        else:
+            state.turns = max(state.turns, ledger.turn)
         state.usage = add_usage(state.usage, settled.usage)
         error = f"{settled.error.type}: {settled.error.message}" if settled.error else None
         state.last_settlement = SettlementRecord(
             submission_id=settled.submissionId, status=settled.status, error=error, turn=ledger.turn
         )
-        decision = decide_after_settlement(
-            state=state,
-            settled=settled,
-            agent=self._agent,
-            session=self._session,
-            evaluation=evaluation,
-            abort_requested=self._abort_requested,
-            pick=self._pick,
+        state.last_turn = last_turn_of(settled, ledger.turn) or state.last_turn
+        if settled.output is not None:
+            state.output = settled.output  # saved with the settlement, in the same write
+        state.question = settled.question if settled.status == "completed" else None
+        if settled.plan is not None:
+            state.plan = settled.plan
+        state.answer = clip_answer(settled.text) or state.answer
+        decision = (
+            interrupted_decision(ledger.turn)
+            if interrupted
+            else decide_after_settlement(
+                state=state,
+                settled=settled,
+                agent=self._agent,
+                session=self._session,
+                evaluation=evaluation,
+                abort_requested=self._abort_requested,
+                pick=self._pick,
+            )
         )
+        if not self._abort_requested:
+            decision, wake_at = with_wake(
+                decision, state, self._session, self._agent, datetime.now(UTC)
+            )
+            state.wake_at = wake_at or state.wake_at
         state.ledger = None
         state.message = decision.message
         state.phase = decision.phase
+        if decision.phase == "WaitingForChildren":
+            state.waiting_for = waiting_for_of(self._wait_input)
         if state.finished:
             state.finished_at = _now()
         # One save records the settlement and what follows it, so a restart sees both or none.
@@ -266,11 +388,27 @@ class SessionDriver:
             {
                 "source": "driver",
                 "type": "finished",
-                "phase": decision.phase,
-                "message": decision.message,
+                # The state as saved: the store may have ended it otherwise (a failed delivery).
+                "phase": state.phase,
+                "message": state.message or decision.message,
             }
         )
+        if state.finished:
+            await self._end_session(state.phase)
         return self._outcome(text)
+
+    async def _end_session(self, phase: str) -> None:
+        """Tell the harness the session is over (its sessionEnd hooks run); best effort: the
+        session's outcome stands whatever the harness answers, or if it is gone."""
+        try:
+            ended = await self._client.end(self._conversation, agent=self._agent, phase=phase)
+        except Exception as exc:  # a port may fail in any way; the outcome is already saved
+            await self._emit({"source": "driver", "type": "end_failed", "message": str(exc)})
+            return
+        if ended.denied:
+            await self._emit(
+                {"source": "driver", "type": "end_denied", "message": ended.reason or ""}
+            )
 
     def _outcome(self, text: str) -> DriverOutcome:
         state = self._state
@@ -280,6 +418,7 @@ class SessionDriver:
             turns=state.turns,
             usage=state.usage,
             text=text,
+            output=state.output,
         )
 
     async def _emit(self, event: dict[str, Any]) -> None:

@@ -15,8 +15,16 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-from corral_api.kinds import AdmissionLedger, SessionPhase, SettlementRecord, Usage
-from corral_api.wire import WireUsage
+from corral_api.kinds import (
+    AdmissionLedger,
+    LastTurn,
+    SessionPhase,
+    SettlementRecord,
+    Usage,
+    WaitingFor,
+)
+from corral_api.turnshape import PlanStatus
+from corral_api.wire import SettledEvent, WireUsage
 
 FINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed", "Stopped"})
 
@@ -28,8 +36,28 @@ class DriverState(BaseModel):
     turns: int = Field(default=0, ge=0)
     ledger: AdmissionLedger | None = None
     last_settlement: SettlementRecord | None = None
+    # The last settled turn's ledger, summarised (docs/ledger.md).
+    last_turn: LastTurn | None = None
     usage: Usage = Field(default_factory=Usage)
     evaluation_turns: int = Field(default=0, ge=0)
+    # Turns a freeze interrupted: each continues under its own turn number (docs/freeze.md).
+    freeze_interruptions: int = Field(default=0, ge=0)
+    # The last accepted answer, validated against spec.outputSchema (docs/structured-output.md).
+    output: Any = None
+    # The last settled turn's final answer, clipped (a Goal's next wave reads it).
+    answer: str | None = None
+    # The one-shot wake (docs/wake.md): when it is due, and when it fired (it fires once).
+    wake_at: str | None = None
+    woken_at: str | None = None
+    # Children (docs/children.md): the wait the parent last asked for, and the children whose
+    # end was already sewn into its conversation (each reports once).
+    waiting_for: WaitingFor | None = None
+    reported_children: list[str] = Field(default_factory=list)
+    # The turn's shape (docs/turns.md): the question a turn asked a person (WaitingForHuman
+    # until spec.replies grows past replies_read), and the plan with each step's verdict.
+    question: str | None = None
+    replies_read: int = Field(default=0, ge=0)
+    plan: PlanStatus | None = None
     message: str | None = None
     started_at: str | None = None
     finished_at: str | None = None
@@ -41,6 +69,25 @@ class DriverState(BaseModel):
     def status_patch(self) -> dict[str, Any]:
         """The fields as a Session's status spells them (camelCase, JSON types)."""
         return self.model_dump(by_alias=True, mode="json")
+
+
+def last_turn_of(settled: SettledEvent, turn: int) -> LastTurn | None:
+    """The Session's summary of a settled turn's receipt; None when the turn never started."""
+    receipt = settled.receipt
+    if receipt is None:
+        return None
+    return LastTurn(
+        turn=turn,
+        route=receipt.route,
+        handler=receipt.handler,
+        requested_loop=receipt.requestedLoop,
+        outcome=receipt.outcome,
+        tools_run=len(receipt.toolsRun),
+        tools_blocked=len(receipt.toolsBlocked),
+        tokens=sum(receipt.tokensByLayer.model_dump().values()),
+        phase_path=receipt.phasePath[:64],
+        error_type=settled.error.type if settled.error else None,
+    )
 
 
 def add_usage(total: Usage, turn: WireUsage | None) -> Usage:
@@ -81,6 +128,7 @@ class DriverOutcome:
     turns: int
     usage: Usage
     text: str = ""  # the last settled turn's final answer
+    output: Any = None  # the last accepted answer, validated against spec.outputSchema
 
     @property
     def succeeded(self) -> bool:

@@ -1,5 +1,5 @@
 """kopf handlers, one module per kind. Each is thin: gather, call a planner, apply."""
 
-from . import agent, approval, evidence, goal, session
+from . import agent, approval, evidence, freeze, goal, observe, pool, session
 
-__all__ = ["agent", "approval", "evidence", "goal", "session"]
+__all__ = ["agent", "approval", "evidence", "freeze", "goal", "observe", "pool", "session"]

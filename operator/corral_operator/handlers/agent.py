@@ -20,7 +20,9 @@ from ._common import now, plain, runtime
 async def agent_changed(**kw: Any) -> None:
     rt = runtime(kw["memo"])
     namespace, name = kw["namespace"], kw["name"]
-    if kw["type"] != "DELETED":
+    gone = kw["type"] == "DELETED"
+    rt.agents.saw(namespace, name, None if gone else plain(kw["body"]))
+    if not gone:
         current = plain(kw["body"])
         plan = plan_agent(current, now_text(now()))
         if plan.changed:

@@ -15,7 +15,12 @@ from corral_api import GROUP, VERSION
 from corral_api.labels import evidence_selector
 
 from ..kube import corral_path
-from ..planning.approval import check_approval, evidence_requested
+from ..planning.approval import (
+    check_approval,
+    decided_on_session,
+    evidence_requested,
+    requested_on_session,
+)
 from ..planning.evidence_request import (
     landing_revision,
     plan_evidence_creation,
@@ -31,15 +36,43 @@ async def approval_event(**kw: Any) -> None:
     # A watch event, not kopf's on.create: that would patch kopf's annotations onto the
     # Approval, and the operator holds no write right on Approvals at all. Type None is the
     # initial listing (a restart): no second announcement, but Evidence is still ensured.
+    rt = runtime(kw["memo"])
+    if kw["namespace"]:  # the pending-approvals gauge (docs/observability.md)
+        gone = kw["type"] == "DELETED"
+        rt.metrics.approval_seen(kw["namespace"], kw["name"], None if gone else plain(kw["body"]))
     if kw["type"] not in (None, "ADDED", "MODIFIED"):
         return
-    rt, body = runtime(kw["memo"]), plain(kw["body"])
+    body = plain(kw["body"])
     name = str(((body.get("spec") or {}).get("sessionRef") or {}).get("name") or "")
     session = await rt.kube.get(corral_path("Session", kw["namespace"], name)) if name else None
     if kw["type"] == "ADDED":
-        post_event(body, check_approval(body, session))
+        announced = check_approval(body, session)
+        post_event(body, announced)
+        if session is not None and announced.reason == "ApprovalRequested":
+            post_event(session, requested_on_session(body))  # `kubectl describe session`
+    _announce_decision(body, session, quiet=kw["type"] is None)
     if session is not None and landing_revision(body) is not None:
         await _ensure_evidence(rt, body, session)
+
+
+# Approvals (by uid) whose decision this process has told their Session: a decision is final,
+# so once each; one seen decided in the initial listing was told by an earlier process.
+_DECIDED: set[str] = set()
+
+
+def _announce_decision(
+    approval: dict[str, Any], session: dict[str, Any] | None, *, quiet: bool
+) -> None:
+    uid = str(approval.get("metadata", {}).get("uid") or "")
+    decided = decided_on_session(approval)
+    if decided is None or not uid or uid in _DECIDED:
+        return
+    _DECIDED.add(uid)
+    ref = (approval.get("spec") or {}).get("sessionRef") or {}
+    binds = session is not None and ref.get("uid") == session.get("metadata", {}).get("uid")
+    if binds and not quiet:
+        assert session is not None
+        post_event(session, decided)
 
 
 async def _ensure_evidence(rt: Runtime, approval: dict[str, Any], session: dict[str, Any]) -> None:

@@ -11,11 +11,12 @@ import kopf
 
 from corral_api import GROUP, VERSION
 from corral_api.kinds import Evidence
+from corral_api.labels import EVIDENCE_SESSION
 
 from .. import naming
 from ..evidencepod import CHECK_CONTAINER, EvidenceSpecError, build_evidence_manifests
 from ..kube import KubeError, corral_path, object_path
-from ..planning.evidence import plan_evidence
+from ..planning.evidence import plan_evidence, verdict_on_session
 from ..planning.patch import merge_patch
 from ..planning.session import PlannedEvent, now_text
 from ..runtime import Runtime, post_event
@@ -56,12 +57,25 @@ async def evidence_daemon(**kw: Any) -> None:
                         f"{body['spec']['check']} at {body['spec']['revision'][:12]}: {verdict}",
                     ),
                 )
+                await _tell_session(rt, body, verdict)
                 await rt.kube.delete(pod_path)
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(wake.wait(), timeout=_RECHECK)
     finally:
         rt.forget(namespace, name)
+
+
+async def _tell_session(rt: Runtime, evidence: dict[str, Any], verdict: str) -> None:
+    """The verdict as an Event on the Session that asked for the Evidence (its label), so
+    `kubectl describe session` shows what gated its landing."""
+    session_name = (evidence.get("metadata", {}).get("labels") or {}).get(EVIDENCE_SESSION)
+    if not session_name:
+        return
+    namespace = evidence["metadata"]["namespace"]
+    session = await rt.kube.get(corral_path("Session", namespace, session_name))
+    if session is not None:
+        post_event(session, verdict_on_session(evidence, verdict))
 
 
 async def _start_check(rt: Runtime, body: dict[str, Any]) -> str | None:

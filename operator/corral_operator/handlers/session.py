@@ -33,7 +33,12 @@ async def session_deleted(**kw: Any) -> None:
     "pods",
     labels={naming.LABEL_MANAGED_BY: naming.MANAGED_BY, naming.LABEL_COMPONENT: "sandbox"},
 )
-def sandbox_pod_changed(**kw: Any) -> None:
+async def sandbox_pod_changed(**kw: Any) -> None:
+    # async: a plain def would cost a thread-pool hop per pod event.
+    rt = runtime(kw["memo"])
+    if kw["namespace"]:
+        gone = kw["type"] == "DELETED"
+        rt.pods.saw(kw["namespace"], kw["name"], None if gone else plain(kw["body"]))
     session = kw["labels"].get(naming.LABEL_SESSION)
     if session and kw["namespace"]:
-        runtime(kw["memo"]).wake(kw["namespace"], session)
+        rt.wake(kw["namespace"], session)

@@ -26,8 +26,8 @@ def check_approval(approval: dict[str, Any], session: dict[str, Any] | None) -> 
     return PlannedEvent(
         "Normal",
         "ApprovalRequested",
-        f"Session {ref.get('name')} asks to run {tool}; decide with `kubectl edit "
-        f"approval {approval.get('metadata', {}).get('name')} --subresource=status`",
+        f"Session {ref.get('name')} asks to run {tool}; decide with `corral approve "
+        f"{approval.get('metadata', {}).get('name')}` or `corral deny ... --reason TEXT`",
     )
 
 
@@ -39,4 +39,31 @@ def evidence_requested(evidence: dict[str, Any]) -> PlannedEvent:
         "EvidenceRequested",
         f"Evidence {evidence.get('metadata', {}).get('name')} runs check {spec.get('check')!r} "
         f"at {str(spec.get('revision', ''))[:12]}; land needs its Pass",
+    )
+
+
+def requested_on_session(approval: dict[str, Any]) -> PlannedEvent:
+    """The Event on the Session whose call waits for `approval` (it binds: checked first)."""
+    spec = approval.get("spec") or {}
+    tool = (spec.get("action") or {}).get("tool", "?")
+    name = approval.get("metadata", {}).get("name")
+    why = f": {spec['reason']}" if spec.get("reason") else ""
+    return PlannedEvent(
+        "Normal", "ApprovalRequested", f"Approval {name} asks a person to allow {tool}{why}"[:1000]
+    )
+
+
+def decided_on_session(approval: dict[str, Any]) -> PlannedEvent | None:
+    """The Event on the Session once a person decided `approval`; None while it is pending."""
+    status = approval.get("status") or {}
+    decision = status.get("decision") or "Pending"
+    if decision not in ("Approved", "Denied"):
+        return None
+    tool = ((approval.get("spec") or {}).get("action") or {}).get("tool", "?")
+    name = approval.get("metadata", {}).get("name")
+    text = f"Approval {name} for {tool}: {decision} by {status.get('decidedBy') or 'unknown'}"
+    if status.get("comment"):
+        text += f" ({status['comment']})"
+    return PlannedEvent(
+        "Normal" if decision == "Approved" else "Warning", f"Approval{decision}", text[:1000]
     )

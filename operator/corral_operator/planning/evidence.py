@@ -17,6 +17,7 @@ from corral_api.kinds import Evidence, EvidenceStatus
 from .. import naming
 from ..evidencepod import CHECK_CONTAINER
 from .conditions import set_condition
+from .session import PlannedEvent
 
 _LOG_LIMIT = 16384
 
@@ -144,3 +145,15 @@ def _from_pod(
             "log_tail": tail[-_LOG_LIMIT:],
         }
     ), True
+
+
+def verdict_on_session(evidence: dict[str, Any], verdict: str) -> PlannedEvent:
+    """The Event on the Session an Evidence was run for: reason `Evidence<Verdict>`."""
+    spec = evidence.get("spec") or {}
+    name = evidence.get("metadata", {}).get("name")
+    return PlannedEvent(
+        "Normal" if verdict == "Pass" else "Warning",
+        f"Evidence{verdict}",
+        f"Evidence {name}: check {spec.get('check')!r} at "
+        f"{str(spec.get('revision', ''))[:12]}: {verdict}",
+    )

@@ -28,12 +28,31 @@ EVALUATION_FAILED = "EvaluationFailed"
 STOPPED = "Stopped"
 TURN_FAILED = "TurnFailed"
 TURN_ABORTED = "TurnAborted"
+TURN_RUNAWAY = "TurnRunaway"  # the runaway watch stopped a turn (docs/ledger.md)
 FAILED = "Failed"  # failed, no more specific reason known
 INVALID_SPEC = "InvalidSpec"  # the spec cannot work (names the field)
 OBJECT_IN_THE_WAY = "ObjectInTheWay"  # a Secret, policy or pod with the sandbox's name is not its
 SANDBOX_LOST = "SandboxLost"  # the pod went away mid-session
 BUDGET_EXCEEDED = "BudgetExceeded"  # the custodian's record says the budget is spent
 TURN_LIMIT_REACHED = "TurnLimitReached"  # no turn left (its own cap, or its parent's)
+
+# Delivered (docs/delivery.md): how the last turn's work reached the session's branch; also
+# Failed's reason when a session that would have succeeded could not deliver its work.
+DELIVERED = "Delivered"  # the turn's commit was pushed
+NOTHING_TO_DELIVER = "NothingToDeliver"  # the turn changed nothing since the last push
+DELIVERY_FAILED = "DeliveryFailed"  # the push was refused or failed
+NO_REMOTE = "NoRemote"  # the repo is not a remote the custodian pushes to (a local path)
+
+# WaitingForChildren (docs/children.md): the parent waits for its children by its wait mode.
+WAITING_FOR_CHILDREN = "WaitingForChildren"
+
+# Frozen (a Freeze holds the session; docs/freeze.md), and Progressing while it holds.
+FROZEN = "Frozen"  # a Freeze in force holds it: nothing is admitted, a turn in flight is aborted
+THAWED = "Thawed"  # the freeze was lifted (deleted or `frozen: false`)
+
+# Archived (docs/history.md): the transcript and receipts kept before the sandbox pod went.
+ARCHIVED = "Archived"  # written to the archive
+ARCHIVE_FAILED = "ArchiveFailed"  # not written by the deadline; the pod went anyway
 
 SESSION_REASONS: frozenset[str] = frozenset(
     {
@@ -53,11 +72,21 @@ SESSION_REASONS: frozenset[str] = frozenset(
         STOPPED,
         TURN_FAILED,
         TURN_ABORTED,
+        TURN_RUNAWAY,
         FAILED,
         INVALID_SPEC,
         OBJECT_IN_THE_WAY,
         SANDBOX_LOST,
         BUDGET_EXCEEDED,
         TURN_LIMIT_REACHED,
+        DELIVERED,
+        NOTHING_TO_DELIVER,
+        DELIVERY_FAILED,
+        NO_REMOTE,
+        WAITING_FOR_CHILDREN,
+        FROZEN,
+        THAWED,
+        ARCHIVED,
+        ARCHIVE_FAILED,
     }
 )

@@ -15,14 +15,17 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from corral_api import API_VERSION
+from corral_api.freeze import FrozenBy
 from corral_api.kinds import Agent, ChildrenSummary, Session, SessionStatus
 
 from .. import naming
+from ..driver import wait_satisfied
 from ..podbuilder import SandboxSpecError, build_pod
 from ..settings import OperatorSettings
 from . import reasons as R
 from .agent import agent_ready
 from .conditions import get_condition, remove_condition, set_condition
+from .freeze import with_frozen_condition
 from .lineage import Lineage, LineageRefusal, budget_above_agent, derive_lineage, spent_axis
 
 FINAL = frozenset({"Succeeded", "Failed", "Stopped"})
@@ -53,6 +56,9 @@ class SessionPlan:
     lineage: Lineage | None = None
     # The sandbox pod's IP once it serves (the custodian's usage record is there too).
     pod_ip: str | None = None
+    # Driving only to stop: a Freeze holds the Session while its turn is in flight, so the
+    # loop re-attaches and interrupts it (abort, cause `freeze`) at once.
+    frozen_by: FrozenBy | None = None
 
     @property
     def drive(self) -> bool:
@@ -85,6 +91,11 @@ def pod_is_ready(pod: dict[str, Any] | None) -> bool:
 
 
 WAIT_RECHECK = 5.0
+# Every change of the sandbox pod wakes its Session at once (the operator watches pods), so
+# this recheck is a safety net only; at 5 s, 1,000 starting Sessions polled 200 times a second.
+STARTING_RECHECK = 30.0
+# A held Session is woken by every change of a Freeze in its namespace; this is the fallback.
+FROZEN_RECHECK = 30.0
 
 
 def summarize_children(children: list[dict[str, Any]]) -> ChildrenSummary:
@@ -140,6 +151,8 @@ def _final_reason(status: SessionStatus) -> str:
     last = status.last_settlement
     if last is not None and last.status == "failed" and is_budget_error(last.error):
         return R.BUDGET_EXCEEDED
+    if last is not None and last.status == "failed" and (last.error or "").startswith("runaway:"):
+        return R.TURN_RUNAWAY
     if last is not None and last.status == "failed":
         return R.TURN_FAILED
     if last is not None and last.status == "aborted":
@@ -189,7 +202,14 @@ def session_conditions(
         else:
             conds = remove_condition(conds, "Failed")
     else:
-        if status.ledger is not None:
+        if status.ledger is not None and status.phase == "WaitingForHuman":
+            # The turn is held at one call until a person decides its Approval.
+            why = reason or status.phase
+            text = (message if reason else None) or (
+                f"turn {status.ledger.turn} waits for a person to decide its Approval "
+                "(`corral get approvals --pending`)"
+            )
+        elif status.ledger is not None:
             why = reason or f"Turn{status.ledger.turn}InFlight"
             text = message or f"turn {status.ledger.turn} is running"
         else:
@@ -220,6 +240,7 @@ def plan_session(
     parents: list[dict[str, Any]] | None = None,
     ancestor_agents: dict[str, dict[str, Any] | None] | None = None,
     existing: dict[str, dict[str, Any]] | None = None,
+    frozen_by: FrozenBy | None = None,
 ) -> SessionPlan:
     """Decide the next actions and the status for one Session.
 
@@ -227,7 +248,9 @@ def plan_session(
     namespace's Approvals, read only while the Session waits for a human. `parents` are the
     Sessions met walking `spec.parentRef` up, nearest first, and `ancestor_agents` the Agents
     they name (None: not found). `existing` holds the sandbox's Secret and NetworkPolicy by kind
-    when objects with their names exist (looked up while the pod is absent).
+    when objects with their names exist (looked up while the pod is absent). `frozen_by` is
+    the Freeze that holds the Session (`corral_api.freeze.covering_freeze`): nothing is created
+    or admitted while it holds, and a turn in flight is driven only to be interrupted.
     """
     stamp = now_text(now)
     md = body.get("metadata") or {}
@@ -240,6 +263,9 @@ def plan_session(
     ) -> SessionPlan:
         status = session_conditions(
             status, sandbox, now=stamp, generation=generation, reason=reason
+        )
+        status = with_frozen_condition(
+            status, frozen_by, final=status.phase in FINAL, now=stamp, generation=generation
         )
         status = status.model_copy(update={"observed_generation": generation})
         if status.phase != old.phase:
@@ -375,6 +401,9 @@ def plan_session(
             return result(old, "absent", requeue_after=1.0)
         if old.turns >= lineage.max_turns:
             return out_of_turns()
+        if frozen_by is not None:  # nothing new while frozen: not even the sandbox
+            held = old.model_copy(update={"message": frozen_by.describe()})
+            return result(held, "absent", R.FROZEN, requeue_after=FROZEN_RECHECK)
         spent = spent_axis(lineage.budget)
         if spent is not None:
             text = f"the budget is spent before the session starts: nothing left in {spent}"
@@ -394,13 +423,35 @@ def plan_session(
         url = f"http://{ip}:{settings.harness_port}"
         if status.phase == "Pending":
             status = status.model_copy(update={"message": "the harness is ready"})
+        if frozen_by is not None:
+            if status.ledger is not None:  # in flight: re-attach only to interrupt it
+                return result(
+                    status, "ready", R.FROZEN, harness_url=url, lineage=lineage, pod_ip=ip,
+                    frozen_by=frozen_by,
+                )  # fmt: skip
+            held = status.model_copy(update={"message": frozen_by.describe()})
+            return result(held, "ready", R.FROZEN, requeue_after=FROZEN_RECHECK, lineage=lineage)
+        if status.ledger is None and status.phase == "WaitingForWake":
+            wait = wake_wait(status, session, now)
+            if isinstance(wait, SessionStatus):  # the wake was taken out of the spec
+                return result(wait, "ready", R.COMPLETED, lineage=lineage)
+            if wait > 0:  # not woken yet; the due time is in status, so a restart keeps it
+                return result(status, "ready", requeue_after=wait, lineage=lineage)
         # A turn that ended waiting resumes only once what it waits for is there; re-admitting
         # at once would spin. The driver then admits the follow-up itself.
         waiting = status.ledger is None and (
-            (status.phase == "WaitingForChildren" and status.children.running > 0)
+            (
+                status.phase == "WaitingForChildren"
+                and not wait_satisfied(status.waiting_for, children or [], status.reported_children)
+            )
             or (
                 status.phase == "WaitingForHuman"
-                and (approvals is None or any(_pending_for(a, uid) for a in approvals))
+                and (
+                    # A question waits for `corral reply` (spec.replies); an ask, its Approval.
+                    len(session.spec.replies) <= status.replies_read
+                    if status.question
+                    else approvals is None or any(_pending_for(a, uid) for a in approvals)
+                )
             )
         )
         if waiting:
@@ -410,7 +461,22 @@ def plan_session(
         return result(status, "ready", harness_url=url, lineage=lineage, pod_ip=ip)
     if status.phase == "Pending":
         status = status.model_copy(update={"message": "waiting for the harness to be ready"})
-    return result(status, "starting", requeue_after=5.0, lineage=lineage)
+    return result(status, "starting", requeue_after=STARTING_RECHECK, lineage=lineage)
+
+
+def wake_wait(status: SessionStatus, session: Session, now: datetime) -> float | SessionStatus:
+    """A Session in WaitingForWake: seconds until its wake is due (0: admit it now), or the
+    status it ends with when `spec.wake` was removed while it waited (the wake is cancelled)."""
+    if session.spec.wake is None:
+        return status.model_copy(
+            update={
+                "phase": "Succeeded",
+                "message": "the wake was removed from the spec; the session ends",
+                "finished_at": now_text(now),
+            }
+        )
+    due = parse_time(status.wake_at)
+    return 0.0 if due is None else max((due - now).total_seconds(), 0.0)
 
 
 def with_sandbox_refused(

@@ -200,3 +200,66 @@ def test_a_file_read_right_after_it_changed_gets_no_fingerprint(tmp_path: Path) 
     _write(tmp_path, "AGENTS.md", "SAME")  # same size, maybe the same clock tick
     cache.invalidate(workspace.root)
     assert [f.text for f in asyncio.run(cache.refresh(workspace))] == ["SAME"]
+
+
+def test_the_survey_generation_moves_only_when_the_answer_does(tmp_path: Path) -> None:
+    from corral_harness.context.instructions import SurveyGenerations
+
+    for rel in ("AGENTS.md", "a/AGENTS.md"):
+        _write(tmp_path, rel, rel)
+    old = time.time() - 600
+    for path in [tmp_path, *tmp_path.rglob("*")]:
+        os.utime(path, (old, old))
+    index, generations = NamedFileIndex(tmp_path, "AGENTS.md"), SurveyGenerations()
+
+    def observe(entries: list[tuple[str, str]], head: str | None = "ref: main") -> int:
+        return generations.observe("AGENTS.md", index.scan(), entries, head)
+
+    first = observe([("a", "dir")])
+    assert observe([("a", "dir")]) == first
+    assert observe([("a", "dir"), ("b", "file")]) == first + 1  # the root's entries
+    assert observe([("a", "dir"), ("b", "file")], "ref: other") == first + 2  # the branch
+    os.utime(tmp_path / "a" / "AGENTS.md", (old + 1, old + 1))  # same size, another mtime
+    third = observe([("a", "dir"), ("b", "file")], "ref: other")
+    assert third == first + 3
+    _write(tmp_path, "a/AGENTS.md", "A/AGENTS.MD")  # now: racy, never claimed unchanged
+    assert observe([("a", "dir"), ("b", "file")], "ref: other") == third + 1
+    assert observe([("a", "dir"), ("b", "file")], "ref: other") == third + 2
+
+
+def test_the_cache_stays_fresh_only_for_the_generation_it_was_read_at(tmp_path: Path) -> None:
+    _write(tmp_path, "AGENTS.md", "rules")
+    cache = InstructionFileCache()
+    root = str(tmp_path)
+    cache.command_ran(root, 3)  # nothing cached: nothing to keep or drop
+    assert cache.generation(root) == 0
+    cache.update(root, [], time.time_ns(), generation=3)
+    cache.command_ran(root, 3)
+    assert cache.fresh(root) is not None
+    for unknown_or_other in (None, 0, 4):
+        cache.command_ran(root, unknown_or_other)
+        assert cache.fresh(root) is None
+        cache.confirm(root, 3)
+        assert cache.fresh(root) is not None
+    cache.invalidate(root)
+    cache.confirm(root, 2)  # another generation confirms nothing
+    assert cache.fresh(root) is None and cache.confirmations == 3
+
+
+def test_the_trimmed_instruction_layer_follows_every_change_of_its_units() -> None:
+    from corral_harness.context.assembly import Unit, trim_layer
+    from corral_harness.context.layers import Strategy
+    from corral_harness.context.tokenizer import DEFAULT_TOKENIZER
+
+    def trim(texts: list[str], budget: int = 1000) -> tuple[list[str], list[str]]:
+        units = [Unit(f"d{i}/AGENTS.md", text) for i, text in enumerate(texts)]
+        report, kept = trim_layer(
+            LayerName.INSTRUCTION_FILES, units, budget, Strategy.DROP_WHOLE_UNITS, DEFAULT_TOKENIZER
+        )
+        assert report.kept == [u.source for u in kept]
+        return [u.text for u in kept], report.dropped
+
+    assert trim(["a" * 40, "b" * 40]) == (["a" * 40, "b" * 40], [])
+    assert trim(["a" * 40, "b" * 40]) == (["a" * 40, "b" * 40], [])  # the same answer again
+    assert trim(["a" * 40, "B" * 40]) == (["a" * 40, "B" * 40], [])  # one text changed
+    assert trim(["a" * 40, "b" * 40], budget=15) == (["b" * 40], ["d0/AGENTS.md"])

@@ -167,6 +167,8 @@ def test_an_abort_request_wins_over_a_completed_turn_that_would_continue() -> No
     [
         ("mcp__corral__wait_for_children", "WaitingForChildren"),
         ("mcp__corral__request_approval", "WaitingForHuman"),
+        # land ends a turn only on asking for its Approval: the session waits for a person.
+        ("mcp__corral__land", "WaitingForHuman"),
     ],
 )
 def test_a_pick_that_hands_over_waits(pick: str, phase: str) -> None:
@@ -180,14 +182,14 @@ def test_a_pick_that_hands_over_waits(pick: str, phase: str) -> None:
 
 def test_an_ended_turn_by_another_pick_is_judged_like_a_completed_one() -> None:
     ended = settled("ended")
-    assert needs_evaluation(ended, "mcp__corral__land")
+    assert needs_evaluation(ended, "finish_checklist")
     d = decide_after_settlement(
         state=state(1),
         settled=ended,
         agent=agent(),
         session=session(),
         evaluation=FAIL,
-        pick="mcp__corral__land",
+        pick="finish_checklist",
     )
     assert d.action == "continue"
 

@@ -46,6 +46,7 @@ def test_the_environment_sets_everything(tmp_path: Path) -> None:
         ({"CORRAL_READ_ONLY": "maybe"}, "1 or 0"),
         ({"CORRAL_PICK_SWEEP_SECONDS": "-1"}, "negative"),
         ({"CORRAL_STREAM_IDLE_SECONDS": "soon"}, "number"),
+        ({"CORRAL_ENGINE": "fast"}, "CORRAL_ENGINE must be one of lean, sdk"),
     ],
 )
 def test_bad_settings_are_refused_clearly(

@@ -1,7 +1,8 @@
-"""The SDK engine adapter against the seam: hooks, steering, aborts, and the order of events.
+"""Both engine adapters against the seam: hooks, steering, aborts, and the order of events.
 
-The engine runs in this process against the scripted model over loopback (real HTTP, real SDK);
-the hooks are small recording objects written for these tests.
+Every test runs once per adapter (`sdk`: the official SDK, the reference; `lean`: httpx and the
+project's stream reader). The engine runs in this process against the scripted model over
+loopback (real HTTP); the hooks are small recording objects written for these tests.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from typing import Any
 import pytest
 
 from corral_common.catalog import resolve_model
-from corral_harness.engine.anthropic_engine import AnthropicEngine, EngineSettings
+from corral_harness.engine._loop import EngineSettings, StreamingEngine
+from corral_harness.engine.anthropic_engine import AnthropicEngine
+from corral_harness.engine.lean_engine import LeanEngine
 from corral_harness.engine.messages import for_provider
 from corral_harness.engine.seam import (
     ALLOW,
@@ -31,6 +34,16 @@ from corral_harness.tools import WorkingTools
 
 pytestmark = pytest.mark.timeout(30)
 
+ADAPTERS: dict[str, type[StreamingEngine]] = {"sdk": AnthropicEngine, "lean": LeanEngine}
+
+
+@pytest.fixture(params=sorted(ADAPTERS))
+def adapter(request: pytest.FixtureRequest, scripted: RunningServer) -> type[StreamingEngine]:
+    """The engine adapter under test: each test of this module runs over both. The tests name
+    their conversations, so the shared model server forgets the other adapter's requests."""
+    scripted.model.requests.clear()
+    return ADAPTERS[request.param]
+
 
 @pytest.fixture(scope="module")
 def scripted() -> Iterator[RunningServer]:
@@ -40,7 +53,7 @@ def scripted() -> Iterator[RunningServer]:
 
 
 class RecordingHooks:
-    def __init__(self, engine: AnthropicEngine | None = None) -> None:
+    def __init__(self, engine: StreamingEngine | None = None) -> None:
         self.asked: list[str] = []
         self.requests = 0
         self.gates: dict[str, ToolGate] = {}
@@ -79,8 +92,8 @@ def _job(conv: str, root: Path) -> EngineJob:
     return EngineJob(conv, resolve_model("corral-scripted"), "low", "", engine_tools, [], "go", 500)
 
 
-def _engine(scripted: RunningServer) -> AnthropicEngine:
-    return AnthropicEngine(EngineSettings(base_url=scripted.url, backoff_seconds=0.01))
+def _engine(adapter: type[StreamingEngine], scripted: RunningServer) -> StreamingEngine:
+    return adapter(EngineSettings(base_url=scripted.url, backoff_seconds=0.01))
 
 
 def _script(scripted: RunningServer, conv: str, replies: list[Any]) -> None:
@@ -92,10 +105,10 @@ def _bash(*commands: str) -> dict[str, Any]:
 
 
 async def test_events_and_hooks_come_in_the_seams_order(
-    scripted: RunningServer, tmp_path: Path
+    adapter: type[StreamingEngine], scripted: RunningServer, tmp_path: Path
 ) -> None:
     _script(scripted, "order", [_bash("echo 1", "echo 2"), "done"])
-    engine = _engine(scripted)
+    engine = _engine(adapter, scripted)
     hooks = RecordingHooks()
     seen: list[str] = []
 
@@ -127,7 +140,7 @@ async def test_events_and_hooks_come_in_the_seams_order(
 
 
 async def test_a_gate_that_aborts_leaves_later_calls_unanswered(
-    scripted: RunningServer, tmp_path: Path
+    adapter: type[StreamingEngine], scripted: RunningServer, tmp_path: Path
 ) -> None:
     _script(scripted, "gate", [_bash("echo a", "touch blocked", "touch never")])
     hooks = RecordingHooks()
@@ -138,7 +151,7 @@ async def test_a_gate_that_aborts_leaves_later_calls_unanswered(
         if event.type == "tool_end":
             ends.append((event.call.input["command"], event.result.content))
 
-    outcome = await _engine(scripted).run(_job("gate", tmp_path), hooks, listen)
+    outcome = await _engine(adapter, scripted).run(_job("gate", tmp_path), hooks, listen)
     assert outcome.status == "aborted"
     assert [c.input["command"] for c in outcome.unanswered] == ["touch never"]
     assert ends == [("echo a", "a\n"), ("touch blocked", "a hook denied this")]
@@ -146,10 +159,10 @@ async def test_a_gate_that_aborts_leaves_later_calls_unanswered(
 
 
 async def test_steering_adds_a_user_message_before_the_next_request(
-    scripted: RunningServer, tmp_path: Path
+    adapter: type[StreamingEngine], scripted: RunningServer, tmp_path: Path
 ) -> None:
     _script(scripted, "steer", [_bash("echo 1"), "done"])
-    engine = _engine(scripted)
+    engine = _engine(adapter, scripted)
 
     async def listen(event: EngineEvent) -> None:
         if event.type == "tool_end":
@@ -163,25 +176,29 @@ async def test_steering_adds_a_user_message_before_the_next_request(
     assert last[-1] == {"type": "text", "text": "also check the tests"}
 
 
-async def test_ends_run_and_stop_run(scripted: RunningServer, tmp_path: Path) -> None:
+async def test_ends_run_and_stop_run(
+    adapter: type[StreamingEngine], scripted: RunningServer, tmp_path: Path
+) -> None:
     _script(scripted, "ends", [_bash("echo 1"), _bash("echo 2"), "done"])
     hooks = RecordingHooks()
     hooks.end_at_step = 1
-    outcome = await _engine(scripted).run(_job("ends", tmp_path), hooks, _ignore)
+    outcome = await _engine(adapter, scripted).run(_job("ends", tmp_path), hooks, _ignore)
     assert outcome.status == "ended_by_hook" and hooks.requests == 1
 
     _script(scripted, "stop", [_bash("echo 1"), "done"])
     hooks = RecordingHooks()
     hooks.stop_after = 1
-    outcome = await _engine(scripted).run(_job("stop", tmp_path), hooks, _ignore)
+    outcome = await _engine(adapter, scripted).run(_job("stop", tmp_path), hooks, _ignore)
     assert outcome.status == "failed"
     assert outcome.error is not None and outcome.error.message == "the window is full"
     assert len([r for r in scripted.model.requests if r["conversation"] == "stop"]) == 1
 
 
-async def test_abort_at_tool_start_runs_no_call(scripted: RunningServer, tmp_path: Path) -> None:
+async def test_abort_at_tool_start_runs_no_call(
+    adapter: type[StreamingEngine], scripted: RunningServer, tmp_path: Path
+) -> None:
     _script(scripted, "early", [_bash("touch one", "touch two")])
-    engine = _engine(scripted)
+    engine = _engine(adapter, scripted)
 
     async def listen(event: EngineEvent) -> None:
         if event.type == "tool_start":
@@ -198,12 +215,12 @@ async def _ignore(event: EngineEvent) -> None:
 
 
 async def test_an_abort_while_the_request_is_prepared_sends_no_request(
-    scripted: RunningServer, tmp_path: Path
+    adapter: type[StreamingEngine], scripted: RunningServer, tmp_path: Path
 ) -> None:
     """The abort lands while the context is assembled (a workspace survey through the exec
     service can take that long): the request must not start, or the abort waits for it."""
     _script(scripted, "prepared", [{"text": "slow", "delay": 20}])
-    engine = _engine(scripted)
+    engine = _engine(adapter, scripted)
 
     class AbortWhilePreparing(RecordingHooks):
         async def before_request(self, messages: list[dict[str, Any]]) -> RequestPlan:
@@ -218,7 +235,7 @@ async def test_an_abort_while_the_request_is_prepared_sends_no_request(
 
 @pytest.mark.parametrize(("should_retry", "attempts"), [("false", 1), ("true", 3)])
 async def test_the_servers_should_retry_header_decides_a_retry(
-    tmp_path: Path, should_retry: str, attempts: int
+    adapter: type[StreamingEngine], tmp_path: Path, should_retry: str, attempts: int
 ) -> None:
     """A 429 is retried, unless the server says `x-should-retry: false` (as the custodian does
     for a spent budget: another try would only be refused again)."""
@@ -249,10 +266,60 @@ async def test_the_servers_should_retry_header_decides_a_retry(
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
-        engine = AnthropicEngine(EngineSettings(base_url=url, backoff_seconds=0.01))
+        engine = adapter(EngineSettings(base_url=url, backoff_seconds=0.01))
         outcome = await engine.run(_job("spent", tmp_path), RecordingHooks(), _ignore)
     finally:
         server.shutdown()
     assert outcome.status == "failed"
     assert outcome.error is not None and "spent" in outcome.error.message
     assert len(seen) == attempts
+
+
+@pytest.mark.parametrize(("cut_after_text", "attempts"), [(False, 3), (True, 1)])
+async def test_a_connection_broken_mid_stream_is_retried_only_before_content(
+    adapter: type[StreamingEngine], tmp_path: Path, cut_after_text: bool, attempts: int
+) -> None:
+    """The server sends part of a 200 stream and closes the connection mid-body: a
+    `connection_error`, retried while nothing was forwarded, never after."""
+    import socket
+    import threading
+
+    events = [
+        b'event: message_start\ndata: {"type": "message_start", "message": {"usage": '
+        b'{"input_tokens": 3, "output_tokens": 1}}}\n\n'
+    ]
+    if cut_after_text:
+        events.append(
+            b'event: content_block_start\ndata: {"type": "content_block_start", "index": 0, '
+            b'"content_block": {"type": "text", "text": "half"}}\n\n'
+        )
+    head = (
+        b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+    )
+    body = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events)
+    accepted: list[int] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            with conn:
+                request = b""
+                while b"\r\n\r\n" not in request:
+                    request += conn.recv(65536)
+                accepted.append(1)
+                conn.sendall(head + body)  # and close: the chunked body never ends
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        engine = adapter(EngineSettings(base_url=url, backoff_seconds=0.01))
+        outcome = await engine.run(_job("cut", tmp_path), RecordingHooks(), _ignore)
+    finally:
+        listener.close()
+    assert outcome.status == "failed"
+    assert outcome.error is not None and outcome.error.type == "connection_error"
+    assert len(accepted) == attempts

@@ -7,7 +7,6 @@ from typing import Any
 import pytest
 
 from corral_common.catalog import (
-    MODELS,
     UnknownModel,
     clamp_output_tokens,
     cost_usd,
@@ -94,7 +93,7 @@ def test_catalog_limits_prices_and_thinking() -> None:
         == 3 + 15 + 0.3 + 3.75
     )
     assert (
-        "corral-scripted" in MODELS and cost_usd(MODELS["corral-scripted"], input=9, output=9) == 0
+        cost_usd(resolve_model("corral-scripted"), input=9, output=9) == 0
     )
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from corral_harness.memory import MemoryStore, latest_user_text
 from corral_harness.policy.turn_policy import CorralTurnPolicy
 
@@ -40,7 +42,8 @@ async def test_recalled_lines_go_on_the_call_only(tmp_path: Path) -> None:
     before = repr(transcript)
     plan = await policy.prepare_request(ctx(tmp_path), transcript)
     assert plan.call_only_lines == [
-        "[memory via subject] billing service: Billing deploys need the finance team's sign-off."
+        "[memory #1 via subject; origin unknown] billing service: "
+        "Billing deploys need the finance team's sign-off."
     ]
     assert "finance" not in repr(plan.messages) and "finance" not in plan.system
     assert repr(transcript) == before
@@ -80,3 +83,33 @@ async def test_the_turn_context_scope_picks_the_store(tmp_path: Path) -> None:
     assert len((await policy.prepare_request(scoped, _transcript())).call_only_lines) == 1
     assert (await policy.prepare_request(other, _transcript())).call_only_lines == []
     assert (await policy.prepare_request(unscoped, _transcript())).call_only_lines == []
+
+
+async def test_a_custodian_that_is_down_leaves_the_turn_going(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Recall and extraction through the custodian are fail-open: nothing listens on the port,
+    the call goes on without memory, the accepted turn stands, and both faults are logged."""
+    import socket
+
+    from corral_api.kinds import AgentSpec
+    from corral_harness.custodian_client.memory import CustodianMemory
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again when the block ends: nothing listens
+    remote = CustodianMemory(f"http://127.0.0.1:{port}", timeout=2, credential="x" * 32)
+    policy = CorralTurnPolicy(granted_root=tmp_path, memory=remote.for_turn)
+    spec = AgentSpec.model_validate(
+        {"identity": "t", "model": "m", "memory": {"extractAfterTurn": True}}
+    )
+    with caplog.at_level("ERROR"):
+        plan = await policy.prepare_request(ctx(tmp_path, spec), _transcript())
+        verdict = await policy.after_turn(ctx(tmp_path, spec), "Remember: a: b")
+    assert plan.stop_reason is None and plan.messages and plan.call_only_lines == []
+    assert verdict.accept
+    logged = " ".join(r.getMessage() for r in caplog.records)
+    assert "memory recall failed" in logged and "memory extraction failed" in logged
+    # An Agent without memory costs no round trip at all.
+    assert remote.for_turn(ctx(tmp_path)) is None
+    await remote.close()

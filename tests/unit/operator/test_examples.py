@@ -12,7 +12,18 @@ from corral_api import KIND_BY_NAME
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 
 
-@pytest.mark.parametrize("name", ["goal.yaml", "evidence.yaml", "approval.yaml"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "goal.yaml",
+        "session-wake.yaml",
+        "evidence.yaml",
+        "approval.yaml",
+        "freeze-namespace.yaml",
+        "freeze-agent.yaml",
+        "freeze-session.yaml",
+    ],
+)
 def test_example_is_a_valid_resource(name: str) -> None:
     doc = yaml.safe_load((EXAMPLES / name).read_text())
     model = KIND_BY_NAME[doc["kind"]]

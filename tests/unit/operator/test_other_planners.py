@@ -1,4 +1,6 @@
-"""Agent validation, the driver-state-to-status mapping, merge patches, Evidence, Goal, Approval."""
+"""Agent validation, the driver-state-to-status mapping, merge patches, Evidence, Approval.
+
+The Goal planner has its own file: test_goal_planner.py."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ from corral_operator.evidencepod import build_evidence_pod
 from corral_operator.planning.agent import agent_ready, plan_agent, validate_agent_spec
 from corral_operator.planning.approval import check_approval
 from corral_operator.planning.evidence import plan_evidence
-from corral_operator.planning.goal import plan_goal
 from corral_operator.planning.patch import merge_patch
 from corral_operator.planning.turns import event_for, status_with_driver_state
 from corral_operator.settings import OperatorSettings
@@ -223,23 +224,7 @@ def test_evidence_pod_is_clean_and_restricted() -> None:
     assert spec["containers"][0]["command"] == ["sh", "-c", "make"]
 
 
-# ------------------------------------------------------------------------- Goal, Approval
-
-
-def test_goal_status_is_initialised_once() -> None:
-    body = {
-        "metadata": {"generation": 1},
-        "spec": {
-            "description": "green CI",
-            "success": {"name": "ci", "command": "make test"},
-            "sessionTemplate": {
-                "spec": {"agentRef": "coder", "task": "t", "workspace": {"repo": "r"}}
-            },
-        },
-    }
-    status, changed = plan_goal(body, NOW)
-    assert changed and status["verdict"] == "Pending" and status["waves"] == 0
-    assert plan_goal({**body, "status": status}, LATER) == (status, False)
+# ------------------------------------------------------------------------------- Approval
 
 
 def test_approval_must_bind_to_the_sessions_uid() -> None:

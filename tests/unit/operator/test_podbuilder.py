@@ -765,3 +765,19 @@ def test_checkout_script_starts_over_when_its_init_container_is_retried(tmp_path
         subprocess.run([*init["command"], *args], check=True, capture_output=True, env=env)
     assert _git("rev-parse", "--abbrev-ref", "HEAD", cwd=dest) == "corral/fix-bug"
     assert not (dest / "half-written").exists()
+
+
+def test_the_catalog_overlay_is_mounted_into_the_harness_and_the_custodian_only() -> None:
+    settings = OperatorSettings(model_catalog_configmap="corral-model-catalog")
+    built = build_pod(agent(), session(), settings)
+    (volume,) = [v for v in built["spec"]["volumes"] if v["name"] == "model-catalog"]
+    assert volume["configMap"]["name"] == "corral-model-catalog"
+    containers = {c["name"]: c for c in built["spec"]["containers"]}
+    for role in ("harness", "custodian"):
+        env = {e["name"]: e.get("value") for e in containers[role]["env"]}
+        assert env["CORRAL_MODEL_CATALOG"] == "/etc/corral/catalog/models.json"
+        mounts = {m["name"]: m for m in containers[role]["volumeMounts"]}
+        assert mounts["model-catalog"]["readOnly"] is True
+    assert "model-catalog" not in json.dumps(containers["tools"])
+    without = build_pod(agent(), session(), OperatorSettings())
+    assert "model-catalog" not in json.dumps(without)

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
+from corral_common.approval_files import ApprovalScopeMismatch
+from corral_harness.local_approvals import FileApprovalPort
 from corral_harness.paths import GrantedRoot
-from corral_harness.policy import LocalApprovalStore, call_digest, settle_ask, shell_ask_reason
-from corral_harness.policy.approvals import ApprovalScopeMismatch
+from corral_harness.policy import call_digest, settle_ask, shell_ask_reason
 from corral_harness.policy.turn_policy import CorralTurnPolicy
 from corral_harness.seams import ToolCall, TurnContext
 
@@ -20,7 +21,7 @@ from ._helpers import WORKING, agent, ctx, menu
 
 
 async def run_gated(
-    policy: CorralTurnPolicy, c: TurnContext, call: ToolCall, store: LocalApprovalStore
+    policy: CorralTurnPolicy, c: TurnContext, call: ToolCall, store: FileApprovalPort
 ) -> str:
     """What a turn does with one call: decide, settle an ask through a human, then run for real.
 
@@ -56,8 +57,8 @@ def workspace(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> LocalApprovalStore:
-    return LocalApprovalStore(tmp_path / "approvals")
+def store(tmp_path: Path) -> FileApprovalPort:
+    return FileApprovalPort(tmp_path / "approvals", poll_seconds=0.02)
 
 
 def _policy(root: Path, **kw: Any) -> tuple[CorralTurnPolicy, TurnContext]:
@@ -68,7 +69,7 @@ def _policy(root: Path, **kw: Any) -> tuple[CorralTurnPolicy, TurnContext]:
 
 
 @pytest.mark.timeout(10)
-async def test_a_denied_call_never_runs(workspace: Path, store: LocalApprovalStore) -> None:
+async def test_a_denied_call_never_runs(workspace: Path, store: FileApprovalPort) -> None:
     policy, c = _policy(workspace)
     call = ToolCall("t1", "grep", {"pattern": "x"})
     assert (await policy.decide_tool(c, call)).outcome == "deny"
@@ -76,13 +77,13 @@ async def test_a_denied_call_never_runs(workspace: Path, store: LocalApprovalSto
     bad = ToolCall("t2", "mcp__corral__approve", {"command": f"touch {sentinel}"})
     assert (await run_gated(policy, c, bad, store)).startswith("blocked")
     assert not sentinel.exists()
-    assert store.pending() == []
+    assert store.files.pending() == []
 
 
 @pytest.mark.timeout(10)
 @pytest.mark.parametrize("path", ["../escaped.txt", "/tmp/corral-escape-test.txt", "link/x.txt"])
 async def test_a_write_escaping_the_root_never_runs(
-    workspace: Path, store: LocalApprovalStore, tmp_path: Path, path: str
+    workspace: Path, store: FileApprovalPort, tmp_path: Path, path: str
 ) -> None:
     os.symlink(tmp_path, workspace / "link")
     policy, c = _policy(workspace)
@@ -106,7 +107,7 @@ async def test_an_uncertain_path_asks(workspace: Path) -> None:
 
 
 @pytest.mark.timeout(10)
-async def test_an_inside_write_runs(workspace: Path, store: LocalApprovalStore) -> None:
+async def test_an_inside_write_runs(workspace: Path, store: FileApprovalPort) -> None:
     policy, c = _policy(workspace)
     call = ToolCall("t1", "write", {"path": "sub.txt", "content": "ok"})
     assert await run_gated(policy, c, call, store) == "written"
@@ -148,56 +149,60 @@ async def test_land_and_cluster_tools_always_ask_even_when_allowed(workspace: Pa
 
 @pytest.mark.timeout(10)
 async def test_ask_waits_for_a_human_then_replays_the_same_call(
-    workspace: Path, store: LocalApprovalStore
+    workspace: Path, store: FileApprovalPort
 ) -> None:
     policy, c = _policy(workspace)
     call = ToolCall("t1", "bash", {"command": "git merge topic 2>/dev/null; touch merged"})
     task = asyncio.create_task(run_gated(policy, c, call, store))
-    while not store.pending():
+    while not store.files.pending():
         await asyncio.sleep(0.01)
-    (pending,) = store.pending()
-    assert pending["tool"] == "bash" and pending["arguments"] == call.input
+    (pending,) = store.files.pending()
+    assert pending["tool"] == "bash" and pending["input"] == call.input
     assert not (workspace / "merged").exists()  # nothing ran while waiting
-    store.decide(pending["id"], "approved", scope="conv-1", digest=call_digest("bash", call.input))
+    store.files.decide(
+        pending["id"], "approved", by="t", scope="conv-1", digest=call_digest("bash", call.input)
+    )
     assert (await task).startswith("exit")
     assert (workspace / "merged").exists()
 
 
 @pytest.mark.timeout(10)
-async def test_a_denied_ask_never_runs(workspace: Path, store: LocalApprovalStore) -> None:
+async def test_a_denied_ask_never_runs(workspace: Path, store: FileApprovalPort) -> None:
     policy, c = _policy(workspace)
     call = ToolCall("t1", "bash", {"command": "git rebase main; touch rebased"})
     task = asyncio.create_task(run_gated(policy, c, call, store))
-    while not store.pending():
+    while not store.files.pending():
         await asyncio.sleep(0.01)
-    (pending,) = store.pending()
-    store.decide(pending["id"], "denied", scope="conv-1", digest=pending["digest"])
+    (pending,) = store.files.pending()
+    store.files.decide(pending["id"], "denied", by="t", scope="conv-1", digest=pending["digest"])
     assert (await task).startswith("blocked: denied by a human")
     assert not (workspace / "rebased").exists()
 
 
 @pytest.mark.timeout(10)
 async def test_a_decision_from_another_scope_or_call_releases_nothing(
-    workspace: Path, store: LocalApprovalStore
+    workspace: Path, store: FileApprovalPort
 ) -> None:
     policy, c = _policy(workspace)
     call = ToolCall("t1", "mcp__corral__land", {"target": "main"})
     task = asyncio.create_task(run_gated(policy, c, call, store))
-    while not store.pending():
+    while not store.files.pending():
         await asyncio.sleep(0.01)
-    (pending,) = store.pending()
+    (pending,) = store.files.pending()
     with pytest.raises(ApprovalScopeMismatch):
-        store.decide(pending["id"], "approved", scope="other-conv", digest=pending["digest"])
+        store.files.decide(
+            pending["id"], "approved", by="t", scope="other-conv", digest=pending["digest"]
+        )
     other = call_digest("mcp__corral__land", {"target": "release"})
     with pytest.raises(ApprovalScopeMismatch):
-        store.decide(pending["id"], "approved", scope="conv-1", digest=other)
+        store.files.decide(pending["id"], "approved", by="t", scope="conv-1", digest=other)
     await asyncio.sleep(0.05)
     assert not task.done()
     task.cancel()
 
 
 async def test_read_only_refuses_writes_and_commands(
-    workspace: Path, store: LocalApprovalStore
+    workspace: Path, store: FileApprovalPort
 ) -> None:
     policy, c = _policy(workspace, read_only=True)
     shown = [t.name for t in policy.visible_tools(c, WORKING)]
@@ -232,7 +237,7 @@ async def test_a_read_only_turn_context_is_enough(workspace: Path) -> None:
     ],
 )
 async def test_a_shell_write_escaping_the_root_never_runs(
-    workspace: Path, store: LocalApprovalStore, tmp_path: Path, command: str
+    workspace: Path, store: FileApprovalPort, tmp_path: Path, command: str
 ) -> None:
     os.symlink(tmp_path, workspace / "link")
     policy, c = _policy(workspace)

@@ -1,0 +1,199 @@
+"""`corral describe session NAME`: one Session the way `kubectl describe` tells a story: spec,
+phase, cost, the last turn, the plan, children, conditions, every turn's receipt and the
+Events. The Session, its children and Events come from the API server with the caller's
+kubeconfig; the receipts from the operator's archive reader, live or archived (docs/cli.md)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from ._cluster import EXIT_OK, EXIT_REFUSED, add_cluster_options, age, connect, table
+from ._reader import ReaderClient, ReaderUnavailable, add_reader_options, guarded
+from ._tables import cost
+from ._view import ledger_line, plan_lines
+
+Obj = dict[str, Any]
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="corral describe", description=__doc__)
+    p.add_argument("kind", help="session (the one kind described so far)")
+    p.add_argument("name", help="the Session's name")
+    add_reader_options(p)
+    add_cluster_options(p)
+    return p
+
+
+def _indent(text: str, by: str = "  ") -> str:
+    return "\n".join(by + line for line in text.splitlines())
+
+
+def receipt_lines(receipts: list[Obj]) -> list[str]:
+    """One line per settled submission, then its ledger (the same words as `corral run`)."""
+    out: list[str] = []
+    for r in receipts:
+        head = f"{r.get('settlement')}. {r.get('status')}"
+        error = r.get("error")
+        if isinstance(error, dict):
+            head += f" ({error.get('type')}: {error.get('message', '')})"
+        usage = r.get("usage") or {}
+        if usage:
+            head += (
+                f"  tokens in {usage.get('input', 0)} out {usage.get('output', 0)}"
+                f"  {cost(usage.get('cost'))}"
+            )
+        out.append(head)
+        if isinstance(r.get("receipt"), dict):
+            receipt = r["receipt"]
+            out.append(_indent(ledger_line(receipt, error)[1], "   "))
+            if receipt.get("toolsRun"):
+                out.append(f"   tools: {', '.join(receipt['toolsRun'])}")
+    return out
+
+
+def render(
+    session: Obj,
+    children: list[Obj],
+    events: list[Obj],
+    receipts: list[Obj] | None,
+    transcript_note: str,
+    now: float,
+) -> str:
+    md, spec, st = session["metadata"], session.get("spec") or {}, session.get("status") or {}
+    usage = st.get("usage") or {}
+    lines = [
+        f"Name:          {md['name']}",
+        f"Namespace:     {md.get('namespace', '')}",
+        f"Agent:         {spec.get('agentRef', '')}",
+        f"Parent:        {(spec.get('parentRef') or {}).get('name') or '<none>'}",
+        f"Task:          {' '.join(str(spec.get('task', '')).split())[:200]}",
+        f"Phase:         {st.get('phase') or 'Pending'}",
+        f"Message:       {st.get('message') or ''}",
+        f"Pod:           {st.get('podName') or '<none>'}",
+        f"Turns:         {st.get('turns') or 0}",
+        f"Started:       {st.get('startedAt') or '<not yet>'}",
+        f"Finished:      {st.get('finishedAt') or '<not yet>'}",
+        f"Cost:          {cost(usage.get('cost'))}  tokens in {usage.get('inputTokens', 0)} "
+        f"out {usage.get('outputTokens', 0)} cache r/w {usage.get('cacheReadTokens', 0)}/"
+        f"{usage.get('cacheWriteTokens', 0)}",
+        f"Age:           {age(md.get('creationTimestamp'), now)}",
+    ]
+    if st.get("delivery"):
+        d = st["delivery"]
+        lines.append(f"Delivery:      {d.get('state')} {d.get('branch') or ''} "
+                     f"{d.get('revision') or ''}".rstrip())  # fmt: skip
+    last = st.get("lastTurn")
+    if last:
+        lines.append(
+            f"Last turn:     turn {last.get('turn')} {last.get('outcome')} via "
+            f"{last.get('route')} (ran {last.get('handler')}); {last.get('toolsRun', 0)} tools "
+            f"run, {last.get('toolsBlocked', 0)} blocked; {last.get('tokens', 0)} tokens"
+        )
+        lines.append(f"  phases:      {' → '.join(last.get('phasePath') or [])}")
+    if st.get("plan"):
+        lines.append("Plan:")
+        lines.append(_indent(plan_lines(st["plan"])))
+    if st.get("question"):
+        lines.append(f"Question:      {st['question']}")
+    lines.append("Children:" + ("      <none>" if not children else ""))
+    if children:
+        rows = [["NAME", "PHASE", "TURNS", "COST"]]
+        for c in sorted(children, key=lambda c: c["metadata"]["name"]):
+            cs = c.get("status") or {}
+            spent = cost((cs.get("usage") or {}).get("cost"))
+            phase = str(cs.get("phase") or "Pending")
+            rows.append([c["metadata"]["name"], phase, str(cs.get("turns") or 0), spent])
+        lines.append(_indent(table(rows)))
+    lines.append("Conditions:")
+    conds = st.get("conditions") or []
+    rows = [["TYPE", "STATUS", "REASON", "MESSAGE"]]
+    rows += [[c.get("type", ""), c.get("status", ""), c.get("reason", ""),
+              " ".join(str(c.get("message", "")).split())[:120]] for c in conds]  # fmt: skip
+    lines.append(_indent(table(rows)))
+    lines.append(f"Receipts:      {transcript_note}")
+    if receipts:
+        lines.extend(_indent(line) for line in receipt_lines(receipts))
+    lines.append("Events:" + ("        <none>" if not events else ""))
+    if events:
+        rows = [["TYPE", "REASON", "AGE", "MESSAGE"]]
+        for e in events:
+            when = (
+                e.get("lastTimestamp")
+                or e.get("eventTime")
+                or e["metadata"].get("creationTimestamp")
+            )
+            rows.append([str(e.get("type", "")), str(e.get("reason", "")), age(when, now),
+                         " ".join(str(e.get("message", "")).split())[:120]])  # fmt: skip
+        lines.append(_indent(table(rows)))
+    return "\n".join(lines)
+
+
+async def transcript_of(args: argparse.Namespace, kube: Any, namespace: str) -> tuple[
+    list[Obj] | None, str
+]:  # fmt: skip
+    """The receipts from the archive reader, and a note that says where they came from."""
+    from corral_operator.archive import receipts_of
+
+    try:
+        reader = ReaderClient.from_args(args, kube, namespace)
+    except ReaderUnavailable as why:
+        return None, f"<not read: {why}>"
+    try:
+        page = await reader.transcript(0, 0)
+        record = await reader.record()
+    except ReaderUnavailable as why:
+        return None, f"<not read: {why}>"
+    finally:
+        await reader.aclose()
+    if page is None:
+        return None, "<no transcript: the Session was never archived>"
+    receipts = receipts_of(page["events"])
+    note = f"{len(page['events'])} wire events, {len(receipts)} settled ({page['source']}"
+    if record is not None:
+        note += f", archived {record.get('archivedAt')} on {record.get('cause')}"
+    return receipts, note + ")"
+
+
+async def _describe(args: argparse.Namespace) -> int:
+    from corral_operator.kube import KubeError, corral_path
+
+    kube, namespace = await connect(args)
+    try:
+        session = await kube.get(corral_path("Session", namespace, args.name))
+        if session is None:
+            print(f'Error from server (NotFound): sessions "{args.name}" not found',
+                  file=sys.stderr)  # fmt: skip
+            return EXIT_REFUSED
+        siblings = await kube.list(corral_path("Session", namespace))
+        children = [
+            s for s in siblings
+            if ((s.get("spec") or {}).get("parentRef") or {}).get("name") == args.name
+        ]  # fmt: skip
+        selector = f"involvedObject.name={args.name},involvedObject.kind=Session"
+        found = await kube.request(
+            "GET", f"/api/v1/namespaces/{namespace}/events", query=[("fieldSelector", selector)]
+        )
+        events = sorted(
+            (found or {}).get("items") or [],
+            key=lambda e: e.get("lastTimestamp") or e["metadata"].get("creationTimestamp") or "",
+        )
+        receipts, note = await transcript_of(args, kube, namespace)
+    except KubeError as err:
+        print(f"Error from server: {err.reason}", file=sys.stderr)
+        return EXIT_REFUSED
+    finally:
+        await kube.close()
+    print(render(session, children, events, receipts, note, time.time()))
+    return EXIT_OK
+
+
+def main(argv: Sequence[str]) -> int:
+    p = _parser()
+    args = p.parse_args(list(argv))
+    if args.kind not in ("session", "sessions", "sess", "cs"):
+        p.error(f"describe knows sessions; {args.kind!r} is not one")
+    return guarded("describe", _describe(args))

@@ -1,0 +1,153 @@
+"""`corral freeze` / `corral unfreeze`: a person's switch over a session tree, an Agent's sessions
+or a whole namespace (docs/freeze.md).
+
+    corral freeze session NAME [-n NS] [--reason TEXT]
+    corral freeze agent NAME [-n NS] [--reason TEXT]
+    corral freeze namespace [-n NS] [--reason TEXT]
+    corral unfreeze session NAME | agent NAME | namespace [-n NS] [--keep]
+
+Each scope has one Freeze of a fixed name (`session-NAME`, `agent-NAME`, `namespace`), so
+freezing twice updates the reason and unfreezing finds it. Unfreezing deletes it; `--keep`
+sets `spec.frozen: false` instead, leaving the object for the record. The same works with
+kubectl on the Freeze objects; the API server's RBAC decides who may do either.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from corral_api import API_VERSION
+
+SCOPES = ("session", "agent", "namespace")
+_NAME_LIMIT = 253
+
+
+def freeze_name(scope: str, target: str | None) -> str:
+    """The one Freeze name for a scope; long names keep a hash so two never collide."""
+    if scope == "namespace":
+        return "namespace"
+    name = f"{scope}-{target}"
+    if len(name) <= _NAME_LIMIT:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:12]
+    return f"{name[: _NAME_LIMIT - 13].rstrip('-.')}-{digest}"
+
+
+def freeze_manifest(scope: str, target: str | None, namespace: str, reason: str) -> dict[str, Any]:
+    """The Freeze for `scope` (session|agent|namespace) in `namespace`."""
+    if scope not in SCOPES:
+        raise ValueError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
+    if (scope == "namespace") != (target is None):
+        raise ValueError(
+            "freeze namespace takes no name (use -n)"
+            if scope == "namespace"
+            else f"freeze {scope} needs a name"
+        )
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "Freeze",
+        "metadata": {"name": freeze_name(scope, target), "namespace": namespace},
+        "spec": {
+            "scope": {scope: True} if scope == "namespace" else {scope: target},
+            "frozen": True,
+            "reason": reason,
+        },
+    }
+
+
+def describe_scope(scope: str, target: str | None, namespace: str) -> str:
+    if scope == "session":
+        return f"session {target} and every session below it"
+    if scope == "agent":
+        return f"every session of agent {target} (and the sessions below them)"
+    return f"every session in namespace {namespace}"
+
+
+def _parser(verb: str) -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=f"corral {verb}",
+        description=(
+            "Hold work: abort the turns in flight, admit nothing new, refuse model calls, "
+            "pushes and spawns."
+            if verb == "freeze"
+            else "Lift a freeze: the held sessions continue their interrupted turns."
+        ),
+    )
+    p.add_argument("scope", choices=SCOPES, help="what to hold: a session tree, an agent, all")
+    p.add_argument("name", nargs="?", help="the Session or Agent (none for namespace)")
+    p.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context")
+    if verb == "freeze":
+        p.add_argument("--reason", default="", help="why; shown on every held Session")
+    else:
+        p.add_argument(
+            "--keep", action="store_true", help="set spec.frozen=false instead of deleting"
+        )
+    return p
+
+
+async def _connect(kubeconfig: str | None, context: str | None) -> tuple[Any, str]:
+    """An API client for the kubeconfig, and its context's namespace."""
+    from kubernetes_asyncio import client, config
+
+    from corral_operator.kube import Kube
+
+    configuration = client.Configuration()
+    await config.load_kube_config(
+        config_file=kubeconfig, context=context, client_configuration=configuration
+    )
+    contexts, active = config.list_kube_config_contexts(kubeconfig)
+    chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
+    namespace = str(((chosen or {}).get("context") or {}).get("namespace") or "default")
+    return Kube(client.ApiClient(configuration)), namespace
+
+
+async def _run(verb: str, args: argparse.Namespace) -> int:
+    from corral_operator.kube import MERGE_PATCH, KubeError, corral_path
+
+    kube, context_namespace = await _connect(args.kubeconfig, args.context)
+    namespace = args.namespace or context_namespace
+    name = freeze_name(args.scope, args.name)
+    path = corral_path("Freeze", namespace, name)
+    what = describe_scope(args.scope, args.name, namespace)
+    try:
+        if verb == "freeze":
+            manifest = freeze_manifest(args.scope, args.name, namespace, args.reason)
+            if await kube.create(manifest):
+                print(f"freeze.corral.dev/{name} created: {what} is frozen")
+                return 0
+            spec = {"frozen": True, "reason": args.reason}
+            await kube.request("PATCH", path, body={"spec": spec}, content_type=MERGE_PATCH)
+            print(f"freeze.corral.dev/{name} updated: {what} is frozen")
+            return 0
+        if args.keep:
+            body = {"spec": {"frozen": False}}
+            await kube.request("PATCH", path, body=body, content_type=MERGE_PATCH)
+            print(f"freeze.corral.dev/{name} lifted (kept, frozen: false): {what} continues")
+            return 0
+        if not await kube.delete(path):
+            print(f"corral unfreeze: no Freeze {name} in namespace {namespace}", file=sys.stderr)
+            return 1
+        print(f"freeze.corral.dev/{name} deleted: {what} continues")
+        return 0
+    except KubeError as err:
+        print(f"corral {verb}: the API server refused: {err}", file=sys.stderr)
+        return 1
+    finally:
+        await kube.close()
+
+
+def main(verb: str, argv: Sequence[str]) -> int:
+    parser = _parser(verb)
+    args = parser.parse_args(list(argv))
+    try:
+        freeze_manifest(args.scope, args.name, "check", "")
+    except ValueError as err:
+        parser.error(str(err))
+    return asyncio.run(_run(verb, args))

@@ -1,0 +1,287 @@
+"""The tool loop every engine adapter shares; an adapter adds only its transport.
+
+The loop keeps the seam's rules (order of events and hooks, one call at a time, abort, steer,
+partial message on a cut) and the provider-call rules: a call is retried (default 2, growing
+backoff) only while nothing has been forwarded to the turn; a silent stream (default 120 s) and
+a stream past its cap (default 300 s) fail without retry. An adapter implements `_stream_once`:
+send one request, feed every stream event to the builder, and raise `StreamFailure` with the
+error type and whether a retry may help. Both adapters (`anthropic_engine`, `lean_engine`) are
+held to the same conformance tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from corral_common.catalog import thinking_param
+
+from ..seams import ToolCall
+from ..telemetry import RUN_ID_HEADER
+from ..tools import ToolResult
+from ._accumulate import MessageBuilder
+from .messages import tool_result_block, user_text
+from .schema import check_arguments
+from .seam import (
+    EngineError,
+    EngineHooks,
+    EngineJob,
+    EngineOutcome,
+    EngineTool,
+    Listener,
+    MessageEnd,
+    StepBoundary,
+    StopRun,
+    ToolEnd,
+    ToolStart,
+)
+
+INTERRUPTED = "This call was interrupted: the turn was aborted while it ran."
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    base_url: str | None = None
+    api_key: str = "corral-no-key"  # the custodian adds the real key; the harness has none
+    retries: int = 2
+    backoff_seconds: float = 1.0
+    idle_seconds: float = 120.0
+    stream_cap_seconds: float = 300.0
+
+
+class StreamFailure(Exception):
+    """One provider call failed; `kind` is the settlement's error type."""
+
+    def __init__(self, kind: str, message: str, *, retryable: bool) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.retryable = retryable
+
+
+class _Cut(Exception):
+    """The generation was aborted; carries what had streamed."""
+
+    def __init__(self, builder: MessageBuilder) -> None:
+        super().__init__("aborted")
+        self.builder = builder
+
+
+def retryable_status(status: int, should_retry: str | None) -> bool:
+    """The server's `x-should-retry` decides when it says (the custodian says `false` for a
+    spent budget or a refused model: a retry would only be refused again); else the status.
+    Status 200 is an `error` event inside a stream that had begun."""
+    said = (should_retry or "").strip().lower()
+    if said in ("true", "false"):
+        return said == "true"
+    return status in RETRYABLE_STATUS or status >= 500 or status == 200
+
+
+@contextlib.asynccontextmanager
+async def stream_clock(settings: EngineSettings) -> AsyncIterator[Any]:
+    """One timer for the whole stream; `tick()` it at every event. The stream fails when it is
+    silent for idle_seconds or runs past its cap, whichever comes first."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + settings.stream_cap_seconds
+
+    def tick() -> None:
+        timer.reschedule(min(deadline, loop.time() + settings.idle_seconds))
+
+    try:
+        async with asyncio.timeout(None) as timer:
+            tick()
+            yield tick
+    except TimeoutError:
+        if loop.time() >= deadline - 0.001:
+            raise StreamFailure(
+                "stream_timeout",
+                f"the model stream ran past its cap of {settings.stream_cap_seconds:g} s",
+                retryable=False,
+            ) from None
+        raise StreamFailure(
+            "stream_silent",
+            f"the model stream was silent for {settings.idle_seconds:g} s",
+            retryable=False,
+        ) from None
+
+
+def request_params(
+    job: EngineJob, tools: dict[str, EngineTool], system: str, messages: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """The Messages API request body of one generation."""
+    params: dict[str, Any] = {
+        "model": job.model.name,
+        "max_tokens": job.max_output_tokens,
+        "messages": messages,
+        "metadata": {"user_id": job.conversation},
+        "thinking": thinking_param(job.model, job.thinking_level, job.max_output_tokens),
+        "stream": True,
+    }
+    if system:
+        params["system"] = system
+    if tools:
+        params["tools"] = [
+            {
+                "name": t.spec.name,
+                "description": t.spec.description,
+                "input_schema": t.spec.input_schema,
+            }
+            for t in tools.values()
+        ]
+    return params
+
+
+class StreamingEngine:
+    """Runs one submission's tool loop against the Messages API; subclasses send the requests."""
+
+    def __init__(self, settings: EngineSettings) -> None:
+        self.settings = settings
+        self._aborted = asyncio.Event()
+        self._steering: list[str] = []
+        self._inflight: asyncio.Task[Any] | None = None
+        # Sent with every model request: the custodian logs the run id the traces carry.
+        self.headers: dict[str, str] = {}
+
+    @classmethod
+    def prepare(cls, settings: EngineSettings) -> None:
+        """Called once in the event loop when the adapter is loaded, before any turn: work done
+        here (a connection pool, its TLS context) is off the first request's path."""
+
+    async def _stream_once(self, params: dict[str, Any], builder: MessageBuilder) -> None:
+        raise NotImplementedError
+
+    def steer(self, text: str) -> None:
+        self._steering.append(text)
+
+    def abort(self) -> None:
+        self._aborted.set()
+        if self._inflight is not None:
+            self._inflight.cancel()
+
+    async def run(self, job: EngineJob, hooks: EngineHooks, listener: Listener) -> EngineOutcome:
+        tools = {t.spec.name: t for t in job.tools}
+        messages: list[dict[str, Any]] = [*job.context, user_text(job.prompt)]
+        if job.run_id:
+            self.headers = {RUN_ID_HEADER: job.run_id}
+        step = 0
+        while True:
+            if self._aborted.is_set():
+                return EngineOutcome("aborted", steps=step)
+            while self._steering:
+                messages.append(user_text(self._steering.pop(0)))
+            try:
+                plan = await hooks.before_request(await hooks.convert_messages(messages))
+            except StopRun as stop:
+                return EngineOutcome(
+                    "failed", EngineError(stop.error_type, stop.reason), steps=step
+                )
+            try:
+                builder = await self._generate(job, tools, plan.system, plan.messages)
+            except _Cut as cut:
+                partial = cut.builder.partial_message()
+                await listener(MessageEnd(partial, "aborted", cut.builder.final_usage()))
+                calls = _calls(partial)
+                return EngineOutcome("aborted", unanswered=calls, steps=step)
+            except StreamFailure as failure:
+                return EngineOutcome(
+                    "failed", EngineError(failure.kind, failure.message), steps=step
+                )
+            message = builder.message()
+            messages.append(message)
+            await listener(MessageEnd(message, builder.stop_reason, builder.final_usage()))
+            calls = _calls(message)
+            if not calls:
+                return EngineOutcome("completed", steps=step)
+            results: list[dict[str, Any]] = []
+            unanswered: list[ToolCall] = []
+            for index, call in enumerate(calls):
+                if not self._aborted.is_set():
+                    await listener(ToolStart(call))
+                if self._aborted.is_set():
+                    unanswered = calls[index:]
+                    break
+                result = await self._one_call(call, tools, hooks)
+                results.append(tool_result_block(call.id, result.content, result.is_error))
+                await listener(ToolEnd(call, result))
+            messages.append({"role": "user", "content": results})
+            if self._aborted.is_set():
+                return EngineOutcome("aborted", unanswered=unanswered, steps=step)
+            step += 1
+            await listener(StepBoundary(step))
+            if hooks.ends_run(step):
+                return EngineOutcome("ended_by_hook", steps=step)
+
+    async def _one_call(
+        self, call: ToolCall, tools: dict[str, EngineTool], hooks: EngineHooks
+    ) -> ToolResult:
+        tool = tools.get(call.name)
+        if tool is None:
+            return ToolResult(f"There is no tool named {call.name!r} in this turn.", True)
+        problem = check_arguments(tool.spec.input_schema, call.input)
+        if problem:
+            return ToolResult(f"Invalid arguments for {call.name}: {problem}.", True)
+        gate = await hooks.before_tool_call(call)
+        if gate.block is not None:
+            if gate.abort:
+                self.abort()
+            return ToolResult(gate.block, True)
+        task = asyncio.ensure_future(
+            tool.execute(gate.input if gate.input is not None else call.input)
+        )
+        self._inflight = task
+        try:
+            return await task
+        except asyncio.CancelledError:
+            if not self._aborted.is_set():
+                raise
+            return ToolResult(INTERRUPTED, True)
+        finally:
+            self._inflight = None
+
+    async def _generate(
+        self,
+        job: EngineJob,
+        tools: dict[str, EngineTool],
+        system: str,
+        messages: list[dict[str, Any]],
+    ) -> MessageBuilder:
+        params = request_params(job, tools, system, messages)
+        attempt = 0
+        while True:
+            # An abort that came while the request was prepared (the hooks await, and nothing
+            # is in flight for abort() to cancel) must not start one: it would run to its end.
+            if self._aborted.is_set():
+                raise _Cut(MessageBuilder())
+            builder = MessageBuilder()
+            task = asyncio.ensure_future(self._stream_once(params, builder))
+            self._inflight = task
+            try:
+                await task
+                return builder
+            except asyncio.CancelledError:
+                if self._aborted.is_set():
+                    raise _Cut(builder) from None
+                raise
+            except StreamFailure as failure:
+                if not failure.retryable or builder.forwarded or attempt >= self.settings.retries:
+                    raise
+            finally:
+                self._inflight = None
+            attempt += 1
+            delay = self.settings.backoff_seconds * (2 ** (attempt - 1))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._aborted.wait(), delay)
+            if self._aborted.is_set():
+                raise _Cut(MessageBuilder())
+
+
+def _calls(message: dict[str, Any]) -> list[ToolCall]:
+    return [
+        ToolCall(b["id"], b["name"], b["input"] if isinstance(b.get("input"), dict) else {})
+        for b in message["content"]
+        if b.get("type") == "tool_use"
+    ]

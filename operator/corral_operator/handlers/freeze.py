@@ -1,0 +1,46 @@
+"""Freeze: wake every Session of its namespace so each looks at the freeze at once (a turn in
+flight is interrupted, nothing new is admitted; lifted, the held ones continue), and keep the
+Freeze's `Active` condition.
+
+A watch event, not kopf's change handlers: those would put a finalizer on the Freeze, and a
+freeze must be removable (and lifted: the custodian reads it live) with the operator down.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from corral_api import GROUP, VERSION
+
+from ..kube import KubeError, corral_path
+from ..planning.freeze import plan_freeze
+from ..planning.patch import merge_patch
+from ..planning.session import PlannedEvent, now_text
+from ..runtime import log, post_event
+from ._common import now, plain, runtime
+
+
+@kopf.on.event(GROUP, VERSION, "freezes")
+async def freeze_event(**kw: Any) -> None:
+    rt, namespace = runtime(kw["memo"]), kw["namespace"]
+    rt.wake_namespace(namespace)
+    if kw["type"] == "DELETED":
+        return
+    body = plain(kw["body"])
+    plan = plan_freeze(body, now_text(now()))
+    if not plan.changed:
+        return
+    patch = merge_patch(body.get("status") or {}, plan.status)
+    try:
+        await rt.kube.patch_status(corral_path("Freeze", namespace, kw["name"]), patch)
+    except KubeError as err:
+        if err.status != 404:  # deleted meanwhile: nothing to say
+            log.warning("freeze %s/%s: status not written: %s", namespace, kw["name"], err)
+        return
+    active = next(c for c in plan.status["conditions"] if c["type"] == "Active")
+    if active["status"] == "True":
+        post_event(body, PlannedEvent("Warning", active["reason"], active["message"]))
+    else:
+        post_event(body, PlannedEvent("Normal", active["reason"], active["message"]))

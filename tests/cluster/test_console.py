@@ -1,0 +1,187 @@
+"""The console's read API on the real API server (docs/console.md): people by bearer token
+(TokenReview), every request authorised on its namespace (SubjectAccessReview), the live turn
+read from the harness's wire, and decisions written with the person's own token."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ._console_fixtures import ConsoleHandle, console, other_namespace  # noqa: F401
+from ._operator_fixtures import (
+    OperatorHandle,
+    ScriptedModelHandle,
+    agent_doc,
+    session_doc,
+    wait_for,
+)
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def _session_in(cp: Any, namespace: str, name: str, repo: Path) -> None:
+    doc = session_doc(name, repo, agent="nobody")
+    doc["metadata"]["namespace"] = namespace
+    cp.kubectl("apply", "-f", "-", input=json.dumps(doc))
+
+
+def _sse(text: str) -> list[tuple[str, dict[str, Any]]]:
+    """(event, data) of each Server-Sent Event in `text`."""
+    found = []
+    for block in text.split("\n\n"):
+        fields = dict(
+            line.split(": ", 1) for line in block.splitlines() if ": " in line and line[0] != ":"
+        )
+        if "event" in fields:
+            found.append((fields["event"], json.loads(fields["data"])))
+    return found
+
+
+def test_people_read_only_the_namespaces_rbac_gives_them(
+    operator: OperatorHandle, console: ConsoleHandle, git_repo: Path  # noqa: F811
+) -> None:
+    cp = operator.cp
+    operator.apply(agent_doc(), session_doc("visible", git_repo))
+    _session_in(cp, console.other, "elsewhere", git_repo)
+    operator.wait_phase("visible", {"Succeeded"})
+
+    # Nobody, or a token the API server does not accept: 401, and the pages send to sign-in.
+    with console.client(None) as anon:
+        refused = anon.get("/api/v1/sessions")
+        assert refused.status_code == 401 and refused.json()["error"] == "unauthenticated"
+        page = anon.get("/", follow_redirects=False)
+        assert page.status_code == 303 and page.headers["location"] == "/login"
+    with console.client("not-a-token") as forged:
+        assert forged.get("/api/v1/sessions").status_code == 401
+
+    with console.client(console.alice) as alice:
+        assert alice.get("/api/v1/whoami").json()["username"] == (
+            f"system:serviceaccount:{console.namespace}:alice"
+        )
+        names = [s["metadata"]["name"] for s in alice.get("/api/v1/sessions").json()["items"]]
+        assert names == ["visible"]
+        view = alice.get(f"/api/v1/namespaces/{console.namespace}/sessions/visible").json()
+        assert view["session"]["status"]["phase"] == "Succeeded"
+        assert view["mayDecide"] is True
+        assert "$" in view["fragments"]["cost"]
+        fleet = alice.get("/").text
+        assert "visible" in fleet and "elsewhere" not in fleet and console.other not in fleet
+        # Another namespace: 403 with the reason, and nothing of it.
+        other = alice.get(f"/api/v1/namespaces/{console.other}/sessions/elsewhere")
+        assert other.status_code == 403 and "elsewhere" not in other.text
+        assert other.json() == {
+            "error": "forbidden",
+            "reason": f"system:serviceaccount:{console.namespace}:alice may not get sessions "
+            f"in namespace {console.other}",
+        }
+        stream = alice.get(f"/api/v1/namespaces/{console.other}/sessions/elsewhere/events")
+        assert stream.status_code == 403
+
+    with console.client(console.mallory) as mallory:
+        names = [s["metadata"]["name"] for s in mallory.get("/api/v1/sessions").json()["items"]]
+        assert names == ["elsewhere"]
+        for path in (
+            f"/api/v1/namespaces/{console.namespace}/sessions/visible",
+            f"/api/v1/namespaces/{console.namespace}/sessions/visible/events",
+            f"/ns/{console.namespace}/sessions/visible",
+        ):
+            answer = mallory.get(path)
+            assert answer.status_code == 403, path
+            assert "Say that the task is done" not in answer.text
+        approvals = mallory.get("/api/v1/approvals").json()["items"]
+        assert all(a["metadata"]["namespace"] == console.other for a in approvals)
+
+
+def test_the_live_turn_streams_from_the_harness_wire(
+    operator: OperatorHandle,
+    console: ConsoleHandle,  # noqa: F811
+    scripted_model: ScriptedModelHandle,
+    git_repo: Path,
+) -> None:
+    name = f"{operator.namespace}-live"
+    scripted_model.load(
+        {
+            "conversations": {
+                name: [
+                    {"text": "Looking.", "tool_use": {"name": "bash",
+                                                     "input": {"command": "echo STREAMED"}}},
+                    {"text": "All done."},
+                ]
+            }
+        }
+    )  # fmt: skip
+    operator.apply(agent_doc(), session_doc(name, git_repo, keepSandbox=True))
+    operator.wait_phase(name, {"Succeeded"})
+    with console.client(console.alice) as alice:
+        answer = alice.get(f"/api/v1/namespaces/{console.namespace}/sessions/{name}/events")
+    assert answer.status_code == 200
+    assert answer.headers["content-type"].startswith("text/event-stream")
+    events = _sse(answer.text)
+    kinds = [data.get("type") for event, data in events if event == "wire"]
+    assert "tool_start" in kinds and "tool_end" in kinds and kinds[-1] == "settled", kinds
+    tool_end = next(d for e, d in events if d.get("type") == "tool_end")
+    assert "STREAMED" in tool_end["result"]
+    assert events[-1][0] == "end" and "Succeeded" in events[-1][1]["reason"]
+    # Resuming after an offset (the browser's Last-Event-ID) sends only what came after it.
+    last = max(int(d["offset"]) for e, d in events if e == "wire")
+    with console.client(console.alice) as alice:
+        again = alice.get(
+            f"/api/v1/namespaces/{console.namespace}/sessions/{name}/events",
+            headers={"Last-Event-ID": str(last)},
+        )
+    resumed = [d for e, d in _sse(again.text) if e == "wire"]
+    assert [int(d["offset"]) for d in resumed] == [last]
+
+
+def test_a_decision_is_written_with_the_persons_own_token(
+    operator: OperatorHandle,
+    console: ConsoleHandle,  # noqa: F811
+    scripted_model: ScriptedModelHandle,
+    git_repo: Path,
+) -> None:
+    """A real sandbox's `git merge` asks; mallory (another namespace) cannot decide; alice
+    approves through the console and the API server records her as the one who decided (the
+    operator's identity has no right to approvals/status at all)."""
+    name = f"{operator.namespace}-merge"
+    merge = {"command": "git merge --ff-only main && echo MERGED"}
+    scripted_model.load(
+        {
+            "conversations": {
+                name: [
+                    {"text": "Merging main.", "tool_use": {"name": "bash", "input": merge}},
+                    {"text": "Merged."},
+                ]
+            }
+        }
+    )
+    operator.apply(agent_doc(), session_doc(name, git_repo))
+    operator.wait_phase(name, {"WaitingForHuman"})
+    with console.client(console.alice) as alice:
+        view = alice.get(f"/api/v1/namespaces/{console.namespace}/sessions/{name}").json()
+    (approval,) = view["approvals"]
+    target = f"/api/v1/namespaces/{console.namespace}/approvals/{approval['metadata']['name']}"
+    with console.client(console.mallory) as mallory:
+        refused = mallory.post(f"{target}/decision", json={"decision": "Approved"})
+    assert refused.status_code == 403 and refused.json()["error"] == "forbidden"
+    with console.client(console.alice) as alice:
+        bad = alice.post(f"{target}/decision", json={"decision": "Maybe"})
+        assert bad.status_code == 400 and "Approved, Denied" in bad.json()["reason"]
+        cross_site = alice.post(
+            f"{target}/decision",
+            data={"decision": "Approved"},
+            headers={"Origin": "https://evil.example"},
+        )
+        assert cross_site.status_code == 403
+        done = alice.post(f"{target}/decision", json={"decision": "Approved", "reason": "ok"})
+        assert done.status_code == 200, done.text
+        again = alice.post(f"{target}/decision", json={"decision": "Denied"})
+        assert again.status_code == 409 and again.json()["error"] == "already_decided"
+    status = (operator.get("approval", approval["metadata"]["name"]) or {})["status"]
+    assert status["decision"] == "Approved" and status["comment"] == "ok"
+    assert status["decidedBy"] == f"system:serviceaccount:{console.namespace}:alice"
+    assert operator.wait_phase(name, {"Succeeded", "Failed"})["phase"] == "Succeeded"
+    wait_for("the session's approval listed as decided", lambda: "Approved" in str(
+        operator.get("approval", approval["metadata"]["name"])))  # fmt: skip
