@@ -50,7 +50,8 @@ class ReaderUnavailable(Exception):
 def bearer_token(kube: Any, override: str | None) -> str | None:
     if override:
         return override
-    value = (kube.api.configuration.api_key or {}).get("authorization") or ""
+    keys = kube.api.configuration.api_key or {}
+    value = str(keys.get("BearerToken") or keys.get("authorization") or "")
     return value[7:] if value.startswith("Bearer ") else (value or None)
 
 

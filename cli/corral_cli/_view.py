@@ -2,7 +2,8 @@
 
 All three take the same stream: wire events (message, tool_start, tool_end, ...) and the
 driver's own events (`source: "driver"`: admitted, settled, finished), and keep a running
-total of usage and cost.
+total of usage and cost. A child session's events (docs/children.md) carry `session` (its
+name): their lines are prefixed with it, and the status panel lists each child's phase.
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class Tally:
     turn: int = 0
     tools_run: int = 0
     tools_blocked: int = 0
+    # Child sessions by name: their phase and turn, from their own driver's events.
+    children: dict[str, str] = field(default_factory=dict)
 
     def add_message(self, usage: dict[str, Any] | None) -> None:
         for key, value in (usage or {}).items():
@@ -85,8 +88,24 @@ class View(Protocol):
     def prompt(self, question: str) -> str: ...
 
 
+def _track_child(tally: Tally, event: dict[str, Any]) -> None:
+    name = str(event["session"])
+    kind = event.get("type")
+    if event.get("source") != "driver":
+        return
+    if kind == "admitted":
+        tally.children[name] = f"Running, turn {event.get('turn')}"
+    elif kind == "settled":
+        tally.children[name] = str((event.get("decision") or {}).get("phase", "Running"))
+    elif kind in ("finished", "created"):
+        tally.children[name] = str(event.get("phase", "Pending"))
+
+
 def _track(tally: Tally, event: dict[str, Any]) -> None:
     kind = event.get("type")
+    if event.get("session"):  # a child session's: its own phase, not this session's
+        _track_child(tally, event)
+        return
     if event.get("source") == "driver":
         if kind == "admitted":
             tally.turn = int(event.get("turn", tally.turn))
@@ -111,6 +130,16 @@ def _track(tally: Tally, event: dict[str, Any]) -> None:
 
 def describe(event: dict[str, Any]) -> tuple[str, str] | None:
     """(style, line) for an event worth a line, or None."""
+    child = event.get("session")
+    if child:
+        if event.get("source") == "driver" and event.get("type") == "created":
+            return "magenta", f"[{child}] child session started: {event.get('message', '')}"
+        line = _describe(event)
+        return None if line is None else (line[0], f"[{child}] {line[1]}")
+    return _describe(event)
+
+
+def _describe(event: dict[str, Any]) -> tuple[str, str] | None:
     kind = event.get("type")
     if event.get("source") == "driver":
         if kind == "admitted":
@@ -224,7 +253,8 @@ class PlainView:
         line = describe(event)
         if line is not None:
             print(line[1], file=self.out, flush=True)
-        if event.get("source") == "driver" and event.get("type") == "settled":
+        settled = event.get("source") == "driver" and event.get("type") == "settled"
+        if settled and not event.get("session"):
             print(f"usage: {self.tally.line()}", file=self.out, flush=True)
 
     def note(self, text: str) -> None:
@@ -282,6 +312,7 @@ class LiveView:
             (f"{t.tools_run} run, {t.tools_blocked} blocked", ""),
             "\n",
             (t.line(), "dim"),
+            *[("\n" + f"child {name}: {phase}", "magenta") for name, phase in t.children.items()],
         )
         return Panel(Group(body), title=escape(self.title), expand=False)
 

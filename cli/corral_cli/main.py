@@ -20,7 +20,7 @@ commands:
   deny      deny it: corral deny NAME --reason TEXT
   reply     answer the question a Session waits on: corral reply NAME TEXT
   evidence  the CI gate: corral evidence check --repo URL --revision SHA [--check NAME]
-  console   the web console, with your own credentials: corral console [--port N] [--runs DIR]
+  console   the web console, with your own credentials: corral console [--port N] [-A]
 
 `corral <command> --help` describes a command's options.
 """

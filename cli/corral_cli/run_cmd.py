@@ -4,6 +4,7 @@ The same harness and custodian as in a sandbox pod run here as local processes o
 ports, with the workspace as the granted root, and the operator's own turn driver drives the
 turns through the wire. Exit codes: 0 the session succeeded; 1 it did not (the reason is
 printed); 2 the input is invalid; 130 interrupted (the turn was aborted through the wire).
+Children an orchestrator starts run the same way, each as its own `LocalRun` (`_children`).
 """
 
 from __future__ import annotations
@@ -31,13 +32,16 @@ from corral_operator.driver import (
     DriverOutcome,
     SessionDriver,
     WireFault,
+    children_report,
     seconds_until_wake,
 )
+from corral_operator.planning.lineage import out_of_turns_message, with_turn_cap
 from corral_operator.wireclient import WireClient
 
 from . import _processes as proc
 from ._approvals import MODES, ApprovalDesk, default_mode
-from ._localstore import LocalTurnStore, RunRecord
+from ._children import SessionTree, TreeTurnStore
+from ._localstore import RunRecord
 from ._manifests import ManifestError, load_manifests, pick_session
 from ._view import View, choose_view
 from ._workspace import WorkspaceError, prepare_workspace
@@ -165,24 +169,89 @@ class LocalRun:
     """The processes and the driver of one `corral run`."""
 
     def __init__(
-        self, args: argparse.Namespace, session: Session, agent: Agent, view: View
+        self,
+        args: argparse.Namespace,
+        session: Session,
+        agent: Agent,
+        view: View,
+        *,
+        agents: dict[str, Agent] | None = None,
+        parent: LocalRun | None = None,
+        state_dir: Path | None = None,
+        max_turns: int | None = None,
     ) -> None:
         self.args = args
         self.session = session
-        self.agent = agent
         self.view = view
         self.name = str(session.metadata["name"])
         stamp = time.strftime("%Y%m%d-%H%M%S")
         self.state_dir: Path = (
-            args.state_dir or Path(".corral") / "runs" / f"{self.name}-{stamp}"
+            state_dir or args.state_dir or Path(".corral") / "runs" / f"{self.name}-{stamp}"
         ).resolve()
+        # The turn cap the operator's rules derive (a child's: what its parent has left).
+        self.max_turns = agent.spec.limits.max_turns if max_turns is None else max_turns
+        self.agent = agent.model_copy(update={"spec": with_turn_cap(agent.spec, self.max_turns)})
         self.parts = proc.Parts(self.state_dir / "logs")
         self.driver: SessionDriver | None = None
         self.interrupted = False
         self._token = ""
         self._abort_task: asyncio.Task[None] | None = None
+        # The session tree (docs/children.md): the root makes it, its children share it.
+        self.parent = parent
+        self.route: ModelRoute | None = parent.route if parent is not None else None
+        self.tree: SessionTree = (
+            parent.tree
+            if parent is not None
+            else SessionTree(
+                self.state_dir / "sessions", agents or {}, view, self._run_child
+            )
+        )
+        self.uid = ""
+        self.children: list[LocalRun] = []
+
+    @property
+    def root(self) -> LocalRun:
+        return self if self.parent is None else self.parent.root
+
+    def _emit(self, event: dict[str, Any]) -> None:
+        """An event to the view; a child's carry its name (the view shows it as a child's)."""
+        self.view.event(event if self.parent is None else {**event, "session": self.name})
+
+    async def _run_child(
+        self, session: Session, agent: Agent, max_turns: int, workspace: Path, state_dir: Path
+    ) -> str:
+        """One child of the tree, run to its end as this run is: its own processes."""
+        parent_name = str((session.spec.parent_ref.name if session.spec.parent_ref else ""))
+        parent = self._find(parent_name) or self
+        child = LocalRun(
+            self.args, session, agent, self.view, parent=parent, state_dir=state_dir,
+            max_turns=max_turns,
+        )  # fmt: skip
+        parent.children.append(child)
+        try:
+            outcome = await child.drive(workspace)
+        finally:
+            child.parts.stop()
+        return outcome.phase
+
+    def _find(self, name: str) -> LocalRun | None:
+        if self.name == name:
+            return self
+        for child in self.children:
+            found = child._find(name)
+            if found is not None:
+                return found
+        return None
+
+    def stop_all(self) -> None:
+        """Stop this run's processes and every child's."""
+        for child in self.children:
+            child.stop_all()
+        self.parts.stop()
 
     def _route(self) -> ModelRoute:
+        if self.route is not None:
+            return self.route  # a child: the model its root runs against
         key = os.environ.get("ANTHROPIC_API_KEY") or None
         if key:
             base = os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
@@ -191,7 +260,7 @@ class LocalRun:
 
     async def _start(self, workspace: Path, route: ModelRoute) -> str:
         """Start the model (when scripted), the custodian and the harness; the harness's URL."""
-        if route.scripted:
+        if route.scripted and not route.upstream:
             route.upstream = await self._start_scripted_model()
         else:
             self.view.note(f"model: {self.agent.spec.model} at {route.upstream}")
@@ -220,7 +289,9 @@ class LocalRun:
             "CORRAL_UPSTREAM_URL": route.upstream,
             "CORRAL_SESSION_NAME": self.name,
             "CORRAL_SESSION_NAMESPACE": "local",
-            "CORRAL_SESSION_UID": str(self.session.metadata.get("uid") or uuid.uuid4()),
+            "CORRAL_SESSION_UID": self.uid or str(uuid.uuid4()),
+            # The session tree: spawn_child writes a child there, `corral run` runs it.
+            "CORRAL_LOCAL_SESSIONS_DIR": str(self.tree.files.directory),
             "CORRAL_STATE_DIR": str(self.state_dir / "custodian"),
             "CORRAL_AGENT_SPEC_JSON": json.dumps(self.agent.spec.wire()),
             "CORRAL_AGENT_NAME": spec.agent_ref,  # the default memory scope

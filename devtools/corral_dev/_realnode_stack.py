@@ -62,6 +62,9 @@ def chart_values(
         "watchNamespaces": list(namespaces),
         "sandbox.modelUpstreamUrl": model_url,
         "sandbox.platformEgress": list(platform_egress),
+        # The local node has no volume provisioner for the archive's claim (docs/history.md);
+        # the archive is tested with the operator as a process (tests/cluster).
+        "archive.enabled": False,
     }
     if wire_wait_seconds is not None:
         values["operator.wireWaitSeconds"] = wire_wait_seconds

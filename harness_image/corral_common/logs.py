@@ -133,3 +133,4 @@ def configure(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level)
+    logging.captureWarnings(True)  # a library's warning is a line in the same format too

@@ -37,6 +37,7 @@ from corral_api.wire import (
 )
 from corral_common import logs
 from corral_common.approval_files import ApprovalFiles
+from corral_common.session_files import SessionFiles
 
 from ._auth import RequireCredential
 from ._delivery import Deliveries
@@ -98,9 +99,16 @@ class Custodian:
             else None
         )
         self.deliveries = Deliveries(pusher, settings.session_branch, settings.state_dir)
-        self.tools = ControlTools(
-            self.live, self.kube, pusher, self.usage, local_approvals, self.deliveries
+        # No cluster, but `corral run`'s session tree: children are created and read there.
+        session_files = (
+            SessionFiles(settings.local_sessions_dir)
+            if self.kube is None and settings.local_sessions_dir is not None
+            else None
         )
+        self.tools = ControlTools(
+            self.live, self.kube, pusher, self.usage, local_approvals, self.deliveries,
+            session_files,
+        )  # fmt: skip
         self.memory = MemoryService(settings, self.live)
 
     async def aclose(self) -> None:

@@ -117,7 +117,10 @@ class Deliveries:
             )
         refused = pusher.remote_refusal()
         if refused is not None:
-            return self._outcome("Failed", refused, request, no_remote=True)
+            # What was committed is still named: under `corral run` a child starts from it.
+            return self._outcome(
+                "Failed", refused, request, no_remote=True, attempted=request.revision
+            )
         if frozen is not None:
             return self._outcome(
                 "Failed", f"not pushed: the session is {frozen}; the work is delivered with "

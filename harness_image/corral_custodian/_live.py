@@ -5,7 +5,9 @@ whose uid must be `CORRAL_SESSION_UID`) and its Agent (`CORRAL_AGENT_NAME`, else
 immutable `spec.agentRef`) are read through the API with the pod's service-account token and
 kept for at most `ttl` seconds, so an edited Agent applies from the next call. Without one
 (`corral run`), the Agent comes from `CORRAL_AGENT_SPEC_JSON` / `_FILE` and the Session's few
-facts from the environment.
+facts from the environment; in a session tree of `corral run` (`CORRAL_LOCAL_SESSIONS_DIR`) the
+Session itself (spec, turns, the turn in flight, its place in the tree) is read from its file
+there, which `corral run` keeps as the operator keeps a Session's status.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pydantic import ValidationError
 
 from corral_api.freeze import FrozenBy, covering_freeze, needs_ancestors
 from corral_api.kinds import MAX_DEPTH_CAP, AgentSpec, SessionSpec
+from corral_common.session_files import SessionFiles
 
 from . import rules
 from ._kube import KubeClient, KubeError, corral_path
@@ -64,6 +67,11 @@ class LiveState:
         self._kube = kube
         self._ttl = ttl
         self._cache: dict[str, _Cached] = {}
+        self._files = (
+            SessionFiles(settings.local_sessions_dir)
+            if kube is None and settings.local_sessions_dir is not None
+            else None
+        )
 
     @property
     def namespace(self) -> str:
@@ -95,6 +103,8 @@ class LiveState:
 
     async def _load(self, fresh: bool, with_depth: bool) -> Loaded:
         s = self._settings
+        if self._kube is None and self._files is not None:
+            return self._load_local(self._files)
         if self._kube is None:
             agent = s.load_agent()
             facts = SessionFacts(
@@ -163,6 +173,50 @@ class LiveState:
         frozen_by = await self._frozen_by(session, fresh)
         turn_key = str(ledger.get("submissionId") or f"turn-{turns}")
         return Loaded(facts, session, turn_key, frozen_by)
+
+    def _load_local(self, files: SessionFiles) -> Loaded:
+        """The facts in `corral run`'s session tree: the Agent from the environment (its turn
+        cap already lowered by `corral run` as the operator lowers it), the rest from the
+        Session's file, checked against this custodian's uid like a cluster's."""
+        s = self._settings
+        agent = s.load_agent()
+        session = files.get(s.session_name)
+        if session is None:
+            raise LiveError(f"session {s.session_name} is not in {files.directory}")
+        uid = (session.get("metadata") or {}).get("uid")
+        if uid != s.session_uid:
+            raise LiveError(
+                f"session {s.session_name} in {files.directory} has uid {uid}, not this "
+                f"custodian's {s.session_uid}: nothing is done for it"
+            )
+        status = session.get("status") or {}
+        turns = int(status.get("turns") or 0)
+        ledger = status.get("ledger") or {}
+        depth = 0
+        ref = (session.get("spec") or {}).get("parentRef")
+        while ref and depth <= MAX_DEPTH_CAP:
+            depth += 1
+            parent = files.get(str(ref.get("name", "")))
+            if parent is None or parent["metadata"].get("uid") != ref.get("uid"):
+                break
+            ref = (parent.get("spec") or {}).get("parentRef")
+        facts = SessionFacts(
+            name=s.session_name,
+            namespace=s.session_namespace,
+            uid=s.session_uid,
+            agent=agent,
+            agent_ref=str((session.get("spec") or {}).get("agentRef") or s.agent_name or ""),
+            depth=depth,
+            turns_used=turns,
+            read_only=s.read_only,
+            branch=s.session_branch,
+            cluster=False,
+            local_tree=True,
+            land_check=agent.landing.check,
+            model_override=s.model_override,
+            session_budget=s.budget,
+        )
+        return Loaded(facts, session, str(ledger.get("submissionId") or f"turn-{turns}"))
 
     async def _frozen_by(self, session: dict[str, Any], fresh: bool) -> FrozenBy | None:
         """The Freeze in force over this session, read like everything else here: live, for at

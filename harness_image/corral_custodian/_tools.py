@@ -1,7 +1,9 @@
 """Carrying out the control tools: load the session's facts, ask a rule, act on its answer.
 
 Every decision is a pure function in `rules`; this module only gathers the inputs (from the
-cluster, with the custodian's own narrow identity) and applies the plan.
+cluster, with the custodian's own narrow identity) and applies the plan. Without a cluster, the
+children's tools work on `corral run`'s session tree (`corral_common.session_files`): the same
+rules, the same child manifest, written to a file that `corral run` runs (docs/children.md).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from corral_api.freeze import FROZEN_ERROR
 from corral_api.labels import evidence_selector
 from corral_common import toolmatch
 from corral_common.approval_files import ApprovalFiles, ApprovalNotFound
+from corral_common.session_files import SessionFileError, SessionFiles
 
 from . import rules
 from ._delivery import Deliveries
@@ -63,8 +66,11 @@ class ControlTools:
         usage: UsageStore,
         local_approvals: ApprovalFiles | None = None,
         deliveries: Deliveries | None = None,
+        session_files: SessionFiles | None = None,
     ) -> None:
         self._live = live
+        # Without a cluster: `corral run`'s session tree, where children are created and read.
+        self._files = session_files if kube is None else None
         # The parent's last delivery: a child starts from that revision (docs/children.md).
         self._deliveries = deliveries
         self._kube = kube
@@ -115,17 +121,40 @@ class ControlTools:
     # ------------------------------------------------------------------------------ children
 
     async def _children(self, loaded: Loaded) -> list[dict[str, Any]]:
-        assert self._kube is not None
-        listed = await self._kube.list(
-            corral_path(self.namespace, "sessions"),
-            label_selector=f"corral.dev/parent-uid={loaded.facts.uid}",
-        )
+        if self._files is not None:
+            listed = self._files.children_of(loaded.facts.uid)
+        else:
+            assert self._kube is not None
+            listed = await self._kube.list(
+                corral_path(self.namespace, "sessions"),
+                label_selector=f"corral.dev/parent-uid={loaded.facts.uid}",
+            )
         return [c for c in listed if rules.is_own_child(loaded.facts, c)]
+
+    async def _create_session(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        if self._files is not None:
+            try:
+                return self._files.create(manifest)
+            except (OSError, SessionFileError) as e:
+                raise ToolFailure(f"spawn_child failed: {e}") from e
+        assert self._kube is not None
+        return await self._kube.create(corral_path(self.namespace, "sessions"), manifest)
+
+    async def _get_session(self, name: str) -> dict[str, Any] | None:
+        if self._files is not None:
+            return self._files.get(name)
+        assert self._kube is not None
+        return await self._kube.get(corral_path(self.namespace, "sessions", name))
+
+    async def _all_sessions(self) -> list[dict[str, Any]]:
+        if self._files is not None:
+            return self._files.list()
+        assert self._kube is not None
+        return await self._kube.list(corral_path(self.namespace, "sessions"))
 
     async def _spawn_child(
         self, loaded: Loaded, tool_input: dict[str, Any], submission: str
     ) -> ToolResult:
-        assert self._kube is not None
         async with self._spawn_lock:
             children = await self._children(loaded)
             this_turn = sum(
@@ -154,7 +183,7 @@ class ControlTools:
             carved = plan.budget.carved
             self._usage.carve(carved, str(manifest["metadata"]["generateName"]))
             try:
-                created = await self._kube.create(corral_path(self.namespace, "sessions"), manifest)
+                created = await self._create_session(manifest)
             except BaseException:
                 self._usage.carve(Held() - carved, "(child not created)")
                 raise
@@ -176,17 +205,22 @@ class ControlTools:
         """The revision a child starts from: the parent's last push, when its last delivery
         went through (else the child starts from the parent's own spec.workspace.ref)."""
         record = self._deliveries.record if self._deliveries is not None else None
-        if record is None or record.state == "Failed":
+        if record is None:
+            return None
+        if record.noRemote and self._files is not None:
+            # `corral run` (no remote to push to): the parent's commit in its own repository,
+            # which the child's clone is made from. (A cluster's child could not fetch it.)
+            return record.attempted
+        if record.state == "Failed":
             return None
         return record.revision
 
     async def _child_status(self, loaded: Loaded, tool_input: dict[str, Any], _: str) -> ToolResult:
-        assert self._kube is not None
         name = tool_input.get("name")
         if not rules.is_object_name(name):
             return _error("'name' must name a child session")
         assert isinstance(name, str)
-        child = await self._kube.get(corral_path(self.namespace, "sessions", name))
+        child = await self._get_session(name)
         if child is None or not rules.is_own_child(loaded.facts, child):
             return _error(f"this session has no child named {name!r}")
         status = child.get("status") or {}
@@ -204,8 +238,7 @@ class ControlTools:
         )
 
     async def _walk_tree(self, loaded: Loaded, _input: dict[str, Any], _: str) -> ToolResult:
-        assert self._kube is not None
-        sessions = await self._kube.list(corral_path(self.namespace, "sessions"))
+        sessions = await self._all_sessions()
         return ToolResult(
             "\n".join(rules.tree_lines(loaded.facts.uid, loaded.facts.name, sessions))
         )

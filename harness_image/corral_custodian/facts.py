@@ -32,6 +32,8 @@ class SessionFacts:
     read_only: bool = False
     branch: str | None = None  # the one branch push may target
     cluster: bool = False  # a Kubernetes API server is configured
+    # No cluster, but `corral run`'s session tree: the children's tools work there.
+    local_tree: bool = False
     # The effective landing check: the Session's spec.landing.check, else the Agent's.
     land_check: LandingCheck | None = None
     repo: str | None = None  # the Session's spec.workspace.repo (Evidence is labelled by it)

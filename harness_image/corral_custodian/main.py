@@ -21,6 +21,8 @@ CORRAL_WORKSPACE             the workspace whose HEAD push sends
 CORRAL_GIT_REMOTE_URL        where push and land send (the Session's workspace.repo); the only
                              source of the remote, which must be a network URL
 CORRAL_READ_ONLY             1: no push, no land
+CORRAL_LOCAL_SESSIONS_DIR    without a cluster: the session tree of `corral run`, where
+                             children are created and read (docs/children.md)
 CORRAL_MAX_REQUEST_BYTES     largest request body accepted (default 8 MiB)
 CORRAL_MAX_MODEL_REQUESTS    model requests in flight at once (default 4)
 """

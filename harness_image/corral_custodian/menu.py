@@ -114,6 +114,9 @@ LAND = MenuTool(
     pick=True,  # without a decision yet, the turn ends and the session waits for it
 )
 
+# The children's tools: with a cluster, or in `corral run`'s session tree.
+TREE_TOOLS = frozenset({"spawn_child", "child_status", "walk_tree", "wait_children"})
+
 ALL_TOOLS: dict[str, MenuTool] = {
     t.name: t
     for t in (SPAWN_CHILD, CHILD_STATUS, WALK_TREE, WAIT_CHILDREN, REQUEST_APPROVAL, PUSH, LAND)
@@ -137,9 +140,9 @@ def why_not_offered(facts: SessionFacts, name: str, *, gate: bool = False) -> st
         refused = toolmatch.refusal(shown, facts.agent.tools.allow, facts.agent.tools.deny)
     if refused is not None:
         return refused
-    if tool.needs_cluster and not facts.cluster:
+    if tool.needs_cluster and not facts.cluster and not (facts.local_tree and name in TREE_TOOLS):
         return f"{name} needs the cluster, and this custodian has none configured"
-    if name in ("spawn_child", "child_status", "walk_tree", "wait_children"):
+    if name in TREE_TOOLS:
         if not facts.agent.orchestrator:
             return f"{name} is for orchestrator agents only"
         if name == "spawn_child" and facts.depth + 1 > facts.max_depth:

@@ -69,6 +69,9 @@ class CustodianSettings:
     memory_dsn: str | None = None
     # The Agent's credentials.hookSecretRef, one file per key: http hooks' secret headers.
     hook_secret_dir: Path | None = None
+    # No cluster, but a session tree of `corral run` (corral_common.session_files): children
+    # are created and read there.
+    local_sessions_dir: Path | None = None
 
     def load_agent(self) -> AgentSpec:
         """The Agent spec without a cluster, read afresh each call (a mounted file may change)."""
@@ -237,6 +240,7 @@ def from_env(env: Mapping[str, str]) -> CustodianSettings:
         memory_sqlite=_path(env, "CORRAL_MEMORY_SQLITE"),
         memory_dsn=_secret(env, "CORRAL_MEMORY_DSN_FILE"),
         hook_secret_dir=_path(env, "CORRAL_HOOK_SECRET_DIR"),
+        local_sessions_dir=_path(env, "CORRAL_LOCAL_SESSIONS_DIR"),
     )
     if settings.memory_sqlite is not None and settings.memory_dsn is not None:
         raise SettingsError("set CORRAL_MEMORY_SQLITE or CORRAL_MEMORY_DSN_FILE, not both")

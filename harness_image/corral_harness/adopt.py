@@ -264,8 +264,12 @@ class PoolGate:
 
 
 def _preload_engine() -> None:
+    # Load the adapter this pod will run (CORRAL_ENGINE), not the SDK regardless: the lean one
+    # loads in milliseconds, the SDK in seconds, and the pod says ready only once it is in.
+    from .engine.choice import engine_module
+
     try:
-        importlib.import_module("corral_harness.engine.anthropic_engine")
+        importlib.import_module(engine_module(os.environ.get("CORRAL_ENGINE") or "lean"))
     except Exception:  # the first turn imports it again and reports the failure
         log.exception("preloading the engine failed")
 

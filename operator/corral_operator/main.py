@@ -15,7 +15,7 @@ import kopf
 from corral_common import logs
 
 from . import handlers
-from .archive import FileArchive
+from .archive.configure import archive_store
 from .archive.server import start_archive_reader
 from .diffbase import LeanAnnotationsDiffBaseStorage
 from .kube import Kube
@@ -123,6 +123,25 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "(docs/history.md; the chart mounts a PersistentVolumeClaim)",
     )
     p.add_argument(
+        "--archive-s3-endpoint",
+        default=None,
+        metavar="URL",
+        help="archive to this S3-compatible object store instead of --archive-dir "
+        "(docs/history.md)",
+    )
+    p.add_argument("--archive-s3-bucket", default="", help="the S3 archive's bucket")
+    p.add_argument(
+        "--archive-s3-region", default=OperatorSettings().archive_s3_region, help="SigV4 region"
+    )
+    p.add_argument("--archive-s3-prefix", default="", help="a key prefix inside the bucket")
+    p.add_argument(
+        "--archive-s3-credentials-dir",
+        default=None,
+        metavar="DIR",
+        help="the mounted Secret with the files accessKeyId and secretAccessKey "
+        "(and sessionToken, optional), read on each request",
+    )
+    p.add_argument(
         "--archive-deadline-seconds",
         type=float,
         default=OperatorSettings().archive_deadline_seconds,
@@ -177,6 +196,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         p.error("--harness-uid, --tools-uid and --custodian-uid must be three different uids")
     if args.fs_group in uids:
         p.error("--fs-group must be a group of its own, not one of the three uids")
+    if args.archive_s3_endpoint:
+        if args.archive_dir:
+            p.error("give --archive-dir or --archive-s3-endpoint, not both")
+        if not args.archive_s3_bucket or not args.archive_s3_credentials_dir:
+            p.error("--archive-s3-endpoint needs --archive-s3-bucket and "
+                    "--archive-s3-credentials-dir")  # fmt: skip
     return args
 
 
@@ -239,6 +264,11 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         local_repo_root=args.local_repo_root,
         archive_dir=args.archive_dir or None,
         archive_deadline_seconds=args.archive_deadline_seconds,
+        archive_s3_endpoint=args.archive_s3_endpoint or None,
+        archive_s3_bucket=args.archive_s3_bucket,
+        archive_s3_region=args.archive_s3_region,
+        archive_s3_prefix=args.archive_s3_prefix,
+        archive_s3_credentials_dir=args.archive_s3_credentials_dir or None,
         log_format=args.log_format,
     )
 
@@ -258,8 +288,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None
     settings.scanning.disabled = True
     settings.batching.worker_limit = None
     memo.runtime = Runtime(kube=await Kube.connect(_KUBECONFIG), settings=_SETTINGS)
-    if _SETTINGS.archive_dir:
-        memo.runtime.archive = FileArchive(_SETTINGS.archive_dir)
+    memo.runtime.archive = archive_store(_SETTINGS)
     if _ARCHIVE_LISTEN is not None:
         memo.archive_reader = await start_archive_reader(memo.runtime, *_ARCHIVE_LISTEN)
     if _METRICS_ADDR:
@@ -311,6 +340,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             args.console_addr,
             _SETTINGS.harness_port,
             secure_cookie=args.console_secure_cookie,
+            # Its own store object: the console runs on its own thread (docs/console.md).
+            archive=archive_store(_SETTINGS),
         )
     kopf.run(
         standalone=True,

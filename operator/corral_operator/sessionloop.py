@@ -53,7 +53,7 @@ from .handlers import pool
 from .kube import Kube, KubeError, corral_path, object_path
 from .planning.agent import agent_ready
 from .planning.children import may_have_children
-from .planning.lineage import Lineage
+from .planning.lineage import Lineage, with_turn_cap
 from .planning.patch import merge_patch
 from .planning.session import (
     PlannedEvent,
@@ -89,12 +89,6 @@ async def read_wire_token(kube: Kube, namespace: str, session: str, uid: str) ->
     if ownership(secret, session, uid) != "ours":
         raise KubeError(409, f"the Secret {path} is not owned by this Session; it is not used")
     return base64.b64decode(secret["data"][WIRE_TOKEN_KEY]).decode()
-
-
-def with_turn_cap(spec: AgentSpec, max_turns: int) -> AgentSpec:
-    """The Agent's spec with the turn limit the operator derived (never above the Agent's)."""
-    cap = min(spec.limits.max_turns, max_turns)
-    return spec.model_copy(update={"limits": spec.limits.model_copy(update={"max_turns": cap})})
 
 
 class FreshAgentWire:
@@ -238,13 +232,14 @@ class SessionLoop:
         if body is None or body["metadata"].get("deletionTimestamp"):
             return None
         agent_ref = (body.get("spec") or {}).get("agentRef", "")
-        # The Agent and the pod as the operator's watches delivered them, else from the server.
-        agent = await self._read_through(
-            self._rt.agents, agent_ref, corral_path("Agent", self._ns, agent_ref)
-        )
+        # The Agent and the pod as the operator's watches delivered them, else from the server;
+        # reads that do not depend on each other go out together (under load each is a wait).
         self._pod_path = sandbox_pod_path(body)
-        pod = await self._read_through(
-            self._rt.pods, self._pod_path.rpartition("/")[2], self._pod_path
+        agent, pod = await asyncio.gather(
+            self._read_through(
+                self._rt.agents, agent_ref, corral_path("Agent", self._ns, agent_ref)
+            ),
+            self._read_through(self._rt.pods, self._pod_path.rpartition("/")[2], self._pod_path),
         )
         uid = body["metadata"].get("uid", "")
         children = None
@@ -263,10 +258,11 @@ class SessionLoop:
         frozen_by: FrozenBy | None = None
         if not final:
             parents, ancestor_agents = await self._ancestors(body)
-            if pod is None:
-                existing = await self._existing()
             self._chain = [body, *parents]
-            frozen_by = await self._frozen_by()
+            if pod is None:
+                existing, frozen_by = await asyncio.gather(self._existing(), self._frozen_by())
+            else:
+                frozen_by = await self._frozen_by()
         plan = plan_session(
             body,
             agent,
@@ -347,15 +343,16 @@ class SessionLoop:
 
     async def _existing(self) -> dict[str, dict[str, Any]]:
         """The objects already there under the names the sandbox's Secret and policy need."""
-        found: dict[str, dict[str, Any]] = {}
-        for kind, api, name in (
+        wanted = (
             ("Secret", "v1", naming.wire_secret_name(self._name)),
             ("NetworkPolicy", "networking.k8s.io/v1", naming.network_policy_name(self._name)),
-        ):
-            obj = await self._kube.get(object_path(api, kind, self._ns, name))
-            if obj is not None:
-                found[kind] = obj
-        return found
+        )
+        objs = await asyncio.gather(
+            *(self._kube.get(object_path(api, kind, self._ns, name)) for kind, api, name in wanted)
+        )
+        return {
+            kind: obj for (kind, _, _), obj in zip(wanted, objs, strict=True) if obj is not None
+        }
 
     async def _apply(
         self, body: dict[str, Any], agent: dict[str, Any] | None, plan: SessionPlan
@@ -513,9 +510,9 @@ class SessionLoop:
             if planned is not None:
                 post_event(body, planned)
             metrics.driver_event(self._ns, session.spec.agent_ref, event, created)
-            if event.get("type") == "admitted" and event.get("runId"):
-                # Called in the driver's task: its later lines carry the new run's id.
-                logs.bind(runId=str(event["runId"]))
+            if event.get("source") == "driver" and event.get("type") == "settled":
+                # In the driver's task: the line carries the run id (docs/observability.md).
+                log.info("turn %s settled %s", event.get("turn"), event.get("status"))
 
         def timed(seconds: float) -> None:
             metrics.admission_seconds.labels(self._ns).observe(seconds)

@@ -120,6 +120,13 @@ class OperatorSettings:
     # Session finished its pod may wait for a failing archive before it goes anyway.
     archive_dir: str | None = None
     archive_deadline_seconds: float = 60.0
+    # Or S3-compatible object storage (docs/history.md): endpoint URL, bucket, region, a key
+    # prefix, and the directory where the operator's pod mounts the credentials Secret.
+    archive_s3_endpoint: str | None = None
+    archive_s3_bucket: str = ""
+    archive_s3_region: str = "us-east-1"
+    archive_s3_prefix: str = ""
+    archive_s3_credentials_dir: str | None = None
 
     @property
     def run_as_user(self) -> int:

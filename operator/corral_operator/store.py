@@ -16,11 +16,11 @@ from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from corral_api.kinds import SessionStatus, Usage, WaitingFor
+from corral_api.kinds import SessionStatus, Usage
 from corral_api.wire import CustodianDelivery, CustodianUsage
 
 from .custodianclient import CustodianUnavailable, status_usage
-from .driver import DriverState, running_children
+from .driver import DriverState, hold_for_children
 from .kube import Kube, corral_path
 from .planning.delivery import DeliveryVerdict, judge_delivery, with_delivered
 from .planning.patch import merge_patch
@@ -126,16 +126,7 @@ class SessionStatusStore:
         instead (docs/children.md), by the wait it last asked for, else all of them."""
         if self._children_reader is None or state.phase != "Succeeded":
             return
-        running = running_children(await self._children_reader())
-        if not running:
-            return
-        state.waiting_for = state.waiting_for or WaitingFor()
-        state.phase = "WaitingForChildren"
-        state.finished_at = None
-        state.message = (
-            f"{state.message}; waiting for {running} child session(s) still running "
-            f"(wait mode {state.waiting_for.mode})"
-        )
+        hold_for_children(state, await self._children_reader())
 
     async def save(self, state: DriverState) -> None:
         await self._wait_for_children(state)

@@ -3,7 +3,7 @@
 The console runs where the chart runs it: a listener of the real `corral-operator` process,
 under the chart's RBAC (the operator's identity plus the console's two reviews). People are
 ServiceAccounts with tokens from the API server's TokenRequest, bound to the chart's
-`corral-viewer` and `corral-approver` roles in one namespace each.
+`<release>-viewer` and `<release>-approver` roles in one namespace each.
 """
 
 from __future__ import annotations
@@ -61,10 +61,13 @@ def other_namespace(control_plane: ControlPlane) -> Iterator[str]:
 def console(
     operator: OperatorHandle, control_plane: ControlPlane, other_namespace: str
 ) -> ConsoleHandle:
-    """The operator restarted with its console on a free port, and two people."""
+    """The operator restarted to serve two namespaces and its console on a free port, and two
+    people: alice reads and decides in the operator's namespace, mallory reads the other."""
     port = controlplane.free_port()
     operator.stop()
-    operator.args += ["--console-addr", f"127.0.0.1:{port}"]
+    release = f"corral-{operator.namespace}"  # the operator fixture's rendering of the chart
+    stack.install_rbac(control_plane, release, [operator.namespace, other_namespace])
+    operator.args += ["--namespace", other_namespace, "--console-addr", f"127.0.0.1:{port}"]
     operator.start()
     url = f"http://127.0.0.1:{port}"
     stack.wait_serving("the console", f"{url}/healthz", operator.process, operator.log)
@@ -73,7 +76,7 @@ def console(
         namespace=operator.namespace,
         other=other_namespace,
         alice=person_token(
-            control_plane, operator.namespace, "alice", "corral-viewer", "corral-approver"
+            control_plane, operator.namespace, "alice", f"{release}-viewer", f"{release}-approver"
         ),
-        mallory=person_token(control_plane, other_namespace, "mallory", "corral-viewer"),
+        mallory=person_token(control_plane, other_namespace, "mallory", f"{release}-viewer"),
     )

@@ -185,3 +185,47 @@ def test_a_decision_is_written_with_the_persons_own_token(
     assert operator.wait_phase(name, {"Succeeded", "Failed"})["phase"] == "Succeeded"
     wait_for("the session's approval listed as decided", lambda: "Approved" in str(
         operator.get("approval", approval["metadata"]["name"])))  # fmt: skip
+
+
+def test_corral_console_acts_with_the_kubeconfig_of_the_person_running_it(
+    control_plane: Any, namespace: str, git_repo: Path, tmp_path: Path
+) -> None:
+    """`corral console` on a workstation: the person is the kubeconfig's user, and the API
+    server (SelfSubjectAccessReview, then the reads themselves) decides what it shows."""
+    import subprocess
+    import sys
+
+    import httpx
+
+    from corral_dev import controlplane, stack
+
+    release = f"corral-{namespace}"
+    stack.install_rbac(control_plane, release, namespace)
+    _session_in(control_plane, namespace, "mine", git_repo)
+    control_plane.kubectl(
+        "create", "rolebinding", "carol-views", "-n", namespace,
+        f"--clusterrole={release}-viewer", "--user=carol",
+    )  # fmt: skip
+    kubeconfig = control_plane.user_kubeconfig("carol", ["system:authenticated"])
+    port = controlplane.free_port()
+    log = tmp_path / "console.log"
+    with log.open("w") as out:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "corral_cli.main", "console", "--kubeconfig", str(kubeconfig),
+             "-n", namespace, "--port", str(port)],
+            stdout=out, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        url = f"http://127.0.0.1:{port}"
+        stack.wait_serving("corral console", f"{url}/healthz", process, log)
+        with httpx.Client(base_url=url, timeout=30) as client:
+            assert client.get("/api/v1/whoami").json()["username"] == "carol"
+            items = client.get("/api/v1/sessions").json()["items"]
+            assert [s["metadata"]["name"] for s in items] == ["mine"]
+            assert "mine" in client.get("/").text
+            assert client.get("/api/v1/namespaces/kube-system/sessions/x").status_code == 403
+            view = client.get(f"/api/v1/namespaces/{namespace}/sessions/mine").json()
+            assert view["mayDecide"] is False  # a viewer, not an approver
+    finally:
+        process.terminate()
+        process.wait(timeout=10)

@@ -25,6 +25,11 @@ _MODULES = {
 }
 
 
+def engine_module(engine: str) -> str:
+    """The module that holds the adapter CORRAL_ENGINE names (for preloading it)."""
+    return _MODULES[engine][0]
+
+
 def engine_loader(config: HarnessConfig) -> Callable[[], Awaitable[EngineAdapter]]:
     """Load the chosen adapter once (the SDK in a thread) and hand out engines built from config."""
     module_name, class_name = _MODULES[config.engine]

@@ -28,7 +28,9 @@ from ._loop import EngineSettings, StreamFailure, StreamingEngine, retryable_sta
 from ._sse import read_events
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
-API_VERSION = "2023-06-01"
+# The API version the reference adapter's SDK (anthropic 2.14) sends; the conformance test
+# `test_the_run_id_and_api_version_go_with_every_model_request` keeps the two the same.
+API_VERSION = "2026-10-21"
 
 # One client (one connection pool) per event loop and endpoint, reused across submissions.
 _clients: dict[tuple[int, str | None, str], httpx.AsyncClient] = {}

@@ -62,3 +62,14 @@ class ArchivedSession:
     @property
     def uid(self) -> str:
         return str(self.record["session"]["metadata"].get("uid", ""))
+
+    @property
+    def session(self) -> dict[str, Any]:
+        """The Session as it ended, as the record keeps it (apiVersion, kind, metadata, spec,
+        status): what a reader shows once the Session object itself is gone."""
+        return dict(self.record.get("session") or {})
+
+    def events_from(self, offset: int) -> list[dict[str, Any]]:
+        """The transcript from `offset` on: the wire's offsets, as the live harness serves
+        them, so a reader follows a Session across its pod's end without a seam."""
+        return [e for e in self.events if int(e.get("offset", 0)) >= offset]

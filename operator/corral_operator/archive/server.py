@@ -117,7 +117,7 @@ class Reader:
             # Not started yet, or between its pod's end and its archive: nothing to show yet.
             return {"events": [], "offset": offset, "source": "none", "phase": phase,
                     "final": False}  # fmt: skip
-        events = [e for e in archived.events if int(e.get("offset", 0)) >= offset]
+        events = archived.events_from(offset)
         return {
             "events": events,
             "offset": offset + len(events),
@@ -192,7 +192,10 @@ def build_app(reader: Reader) -> web.Application:
             return _error(400, "bad_request", "offset must be an integer and wait a number")
         if offset < 0 or wait < 0:
             return _error(400, "bad_request", "offset and wait must not be negative")
-        found = await reader.transcript(*checked, offset, wait)
+        try:
+            found = await reader.transcript(*checked, offset, wait)
+        except OSError as err:
+            return _error(503, "archive_unavailable", f"the archive cannot be read: {err}")
         if found is None:
             return _error(404, "not_found", f"no session {checked[1]} and no archive of one")
         return web.json_response(found)
@@ -202,7 +205,10 @@ def build_app(reader: Reader) -> web.Application:
         checked = await guard(request)
         if isinstance(checked, web.Response):
             return checked
-        found = await reader.record(*checked)
+        try:
+            found = await reader.record(*checked)
+        except OSError as err:
+            return _error(503, "archive_unavailable", f"the archive cannot be read: {err}")
         if found is None:
             return _error(404, "not_archived", f"session {checked[1]} has no archive (yet)")
         return web.json_response(found)

@@ -30,7 +30,7 @@ class ArchiveStore(Protocol):
     def read(self, namespace: str, name: str, uid: str | None = None) -> ArchivedSession | None: ...
 
 
-def _checked(namespace: str, name: str, uid: str | None) -> None:
+def checked_names(namespace: str, name: str, uid: str | None) -> None:
     # The names come from the API server or a person's URL: never a path of their choosing.
     for label, value in (("namespace", namespace), ("name", name)):
         if not _NAME.match(value):
@@ -49,7 +49,7 @@ class FileArchive:
     def write(
         self, namespace: str, name: str, uid: str, record: dict[str, Any], events: list[Any]
     ) -> None:
-        _checked(namespace, name, uid)
+        checked_names(namespace, name, uid)
         parent = self.root / namespace / name
         parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{uid}.", dir=parent))
@@ -73,7 +73,7 @@ class FileArchive:
 
     def read(self, namespace: str, name: str, uid: str | None = None) -> ArchivedSession | None:
         """The archive of that uid, or (no uid) of the run of this name archived last."""
-        _checked(namespace, name, uid)
+        checked_names(namespace, name, uid)
         parent = self.root / namespace / name
         if uid is None:
             runs = [d for d in parent.glob("*") if d.is_dir() and not d.name.startswith(".")]

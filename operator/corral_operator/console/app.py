@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.responses import (
@@ -46,6 +46,16 @@ def _token(request: Request) -> str | None:
     if header.lower().startswith("bearer "):
         return header[7:].strip() or None
     return request.cookies.get(COOKIE) or None
+
+
+async def _form(request: Request) -> dict[str, str]:
+    """An urlencoded form's fields (the pages post nothing else; no multipart parser needed)."""
+    if not request.headers.get("content-type", "").startswith(
+        "application/x-www-form-urlencoded"
+    ):
+        raise Refused(400, "bad_request", "expected an urlencoded form")
+    text = (await request.body()).decode("utf-8", errors="replace")
+    return {k: v[0] for k, v in parse_qs(text, max_num_fields=16).items()}
 
 
 def _wants_html(request: Request) -> bool:
@@ -129,7 +139,7 @@ def build_app(access: Access, reader: Reader, *, secure_cookie: bool = False) ->
 
     @app.post("/login")
     async def login(request: Request) -> Response:
-        form = await request.form()
+        form = await _form(request)
         token = str(form.get("token") or "").strip()
         if not _same_origin(request):
             raise Refused(403, "forbidden", "cross-site request refused")
@@ -168,6 +178,7 @@ def build_app(access: Access, reader: Reader, *, secure_cookie: bool = False) ->
             view["approvals"],
             view["mayDecide"],
             time.time(),
+            archive=view.get("archive"),
         )
 
     @app.get("/goals", response_class=HTMLResponse)
@@ -193,7 +204,9 @@ def build_app(access: Access, reader: Reader, *, secure_cookie: bool = False) ->
     @app.post("/ns/{namespace}/approvals/{name}/decide")
     async def decide_form(request: Request, namespace: str, name: str) -> Response:
         person = await person_of(request)
-        form = await request.form()
+        if not _same_origin(request):
+            raise Refused(403, "forbidden", "cross-site request refused")
+        form = await _form(request)
         await decide(request, person, namespace, name, str(form.get("decision") or ""),
                      str(form.get("reason") or ""))  # fmt: skip
         back = request.headers.get("referer") or "/approvals"
@@ -240,12 +253,16 @@ def build_app(access: Access, reader: Reader, *, secure_cookie: bool = False) ->
             "approvals": pages.approval_rows(view["approvals"], ns_deciders, time.time()),
             "plan": pages.plan_html(st.get("plan")),
             "receipt": pages.receipt_html(st.get("lastTurn")),
+            "conditions": pages.conditions_html(st.get("conditions") or []),
+            "receipts": pages.receipts_html(view.get("archive")),
         }
         return view
 
     @app.post("/api/v1/namespaces/{namespace}/approvals/{name}/decision")
     async def decision_json(request: Request, namespace: str, name: str) -> Obj:
         person = await person_of(request)
+        if not _same_origin(request):
+            raise Refused(403, "forbidden", "cross-site request refused")
         try:
             body = await request.json()
         except ValueError:
@@ -276,6 +293,14 @@ def build_app(access: Access, reader: Reader, *, secure_cookie: bool = False) ->
     async def session_view(person: Person, namespace: str, name: str) -> Obj:
         await require(person, "get", "sessions", namespace)
         session = await reader.get("Session", namespace, name)
+        archive = None
+        if session is None or _finished(session):
+            uid = None if session is None else session["metadata"].get("uid")
+            archived = await archived_or_refuse(namespace, name, uid)
+            if archived is not None:
+                archive = archive_summary(archived.record)
+                # The Session object went with its TTL: the record keeps it as it ended.
+                session = session or archived.session
         if session is None:
             raise Refused(404, "not_found", f"session {name} not found in {namespace}")
         siblings = await reader.objects("Session", namespace)
@@ -295,7 +320,14 @@ def build_app(access: Access, reader: Reader, *, secure_cookie: bool = False) ->
             "children": children,
             "approvals": approvals,
             "mayDecide": may_decide,
+            "archive": archive,
         }
+
+    async def archived_or_refuse(namespace: str, name: str, uid: str | None) -> Any:
+        try:
+            return await reader.archived(namespace, name, uid)
+        except OSError as err:  # the volume or the object store: say so, as the reader does
+            raise Refused(503, "archive_unavailable", f"the archive cannot be read: {err}") from None
 
     async def decide(
         request: Request, person: Person, namespace: str, name: str, decision: str, reason: str
@@ -329,6 +361,8 @@ def build_app(access: Access, reader: Reader, *, secure_cookie: bool = False) ->
                 return
             session = await reader.get("Session", namespace, name)
             if session is None:
+                async for chunk in from_archive(namespace, name, None, offset):
+                    yield chunk
                 yield _sse("end", {"reason": "the session is gone"})
                 return
             phase = (session.get("status") or {}).get("phase") or "Pending"
@@ -336,6 +370,9 @@ def build_app(access: Access, reader: Reader, *, secure_cookie: bool = False) ->
                 client = await reader.wire(session)
             except StreamUnavailable as why:
                 if phase in TERMINAL:
+                    uid = session["metadata"].get("uid")
+                    async for chunk in from_archive(namespace, name, uid, offset):
+                        yield chunk
                     yield _sse("end", {"reason": f"the session is {phase}; {why}"})
                     return
                 yield await state(str(why))
@@ -353,6 +390,21 @@ def build_app(access: Access, reader: Reader, *, secure_cookie: bool = False) ->
                 yield _sse("end", {"reason": f"the session is {phase}"})
                 return
             await asyncio.sleep(RETRY_SECONDS)
+
+    async def from_archive(
+        namespace: str, name: str, uid: str | None, offset: int
+    ) -> AsyncIterator[bytes]:
+        """The archived transcript from `offset`, at the live wire's offsets (docs/history.md)."""
+        try:
+            archived = await reader.archived(namespace, name, uid)
+        except OSError as err:
+            yield _sse("state", {"state": f"the archive cannot be read: {err}"})
+            return
+        if archived is None:
+            return
+        yield _sse("state", {"state": "archived"})
+        for event in archived.events_from(offset):
+            yield _sse("wire", event, event_id=int(event.get("offset", offset)) + 1)
 
     async def _pump(
         request: Request,
@@ -390,6 +442,20 @@ def build_app(access: Access, reader: Reader, *, secure_cookie: bool = False) ->
             phase = ((session or {}).get("status") or {}).get("phase") or "Pending"
 
     return app
+
+
+def _finished(session: Obj) -> bool:
+    return ((session.get("status") or {}).get("phase") or "") in TERMINAL
+
+
+def archive_summary(record: Obj) -> Obj:
+    """What a page shows of an archive: when and why it was written, and the receipts."""
+    return {
+        "archivedAt": record.get("archivedAt"),
+        "cause": record.get("cause"),
+        "events": record.get("events"),
+        "receipts": list(record.get("receipts") or []),
+    }
 
 
 def pages_plural(kind: str) -> str:

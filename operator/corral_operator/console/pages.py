@@ -177,6 +177,14 @@ def plan_html(plan: Obj | None) -> str:
     return f'<p>Plan {esc(plan.get("state"))}</p><ol class="plan">{rows}</ol>'
 
 
+def conditions_html(conditions: list[Obj]) -> str:
+    return "".join(
+        f"<tr><td>{esc(c.get('type'))}</td><td>{esc(c.get('status'))}</td>"
+        f"<td>{esc(c.get('reason'))}</td><td>{esc(c.get('message'))}</td></tr>"
+        for c in conditions
+    )
+
+
 def receipt_html(last: Obj | None) -> str:
     if not last:
         return '<p class="empty">No turn settled yet.</p>'
@@ -262,11 +270,7 @@ def session_page(
         f"</a> {_phase((c.get('status') or {}).get('phase'))} {cost(c.get('status') or {})}</li>"
         for c in children
     )
-    conditions = "".join(
-        f"<tr><td>{esc(c.get('type'))}</td><td>{esc(c.get('status'))}</td>"
-        f"<td>{esc(c.get('reason'))}</td><td>{esc(c.get('message'))}</td></tr>"
-        for c in st.get("conditions") or []
-    )
+    conditions = conditions_html(st.get("conditions") or [])
     boot = json.dumps({"namespace": ns, "session": name}).replace("</", "<\\/")
     body = f"""<h1>Session {esc(name)} <small>{esc(ns)}</small></h1>
 <div class="cols"><div class="col-main">
@@ -281,7 +285,7 @@ def session_page(
 <h2>Plan</h2><div id="plan">{plan_html(st.get("plan"))}</div>
 <h2>Last turn's receipt</h2><div id="receipt">{receipt_html(st.get("lastTurn"))}</div>
 <h2>Children</h2><ul class="children">{kids or '<li class="empty">none</li>'}</ul>
-<h2>Conditions</h2><table class="conditions">{conditions}</table>
+<h2>Conditions</h2><table class="conditions" id="conditions">{conditions}</table>
 </div></div>
 <script type="application/json" id="boot">{boot}</script>"""
     return _layout(f"Session {name}", person, body, script=True)

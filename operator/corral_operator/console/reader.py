@@ -8,14 +8,19 @@ it is the person's kubeconfig, so the API server itself decides.
 
 from __future__ import annotations
 
+import asyncio
+import base64
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from .. import naming
+from ..archive.record import ArchivedSession
+from ..archive.store import ArchiveStore
 from ..kube import Kube, KubeError, corral_path, object_path
-from ..sessionloop import read_wire_token
+from ..planning.session import ownership
+from ..podbuilder import WIRE_TOKEN_KEY
 from ..wireclient import ConversationLost, WireClient, WireFault
 
 Obj = dict[str, Any]
@@ -34,6 +39,16 @@ class Reader:
     harness_port: int = 8080
     # The namespaces to show; None: every namespace (a cluster-wide list).
     namespaces: tuple[str, ...] | None = None
+    # Where finished Sessions are archived (docs/history.md): what the console shows once a
+    # sandbox pod, or the Session itself, is gone. None: no archive configured.
+    archive: ArchiveStore | None = None
+
+    async def archived(self, namespace: str, name: str, uid: str | None) -> ArchivedSession | None:
+        """The Session's archive: the same store and reading as the archive reader's (`corral
+        logs`, `corral describe`), so both show one record. None without an archive."""
+        if self.archive is None:
+            return None
+        return await asyncio.to_thread(self.archive.read, namespace, name, uid)
 
     async def objects(self, kind: str, namespace: str) -> list[Obj]:
         return await self.kube.list(corral_path(kind, namespace))
@@ -68,12 +83,16 @@ class Reader:
         ip = ((pod or {}).get("status") or {}).get("podIP")
         if not ip:
             raise StreamUnavailable("the sandbox pod is gone or has no address yet")
+        # The Session's own Secret only, as the operator's loop reads it (sessionloop's
+        # read_wire_token; not imported: the loop's module imports the handlers).
+        path = object_path("v1", "Secret", md["namespace"], naming.wire_secret_name(md["name"]))
         try:
-            token = await read_wire_token(
-                self.kube, md["namespace"], md["name"], str(md.get("uid", ""))
-            )
+            secret = await self.kube.get(path)
         except KubeError as err:
             raise StreamUnavailable(f"the wire token cannot be read: {err.reason}") from None
+        if secret is None or ownership(secret, md["name"], str(md.get("uid", ""))) != "ours":
+            raise StreamUnavailable("the sandbox's wire-token Secret is missing or not its own")
+        token = base64.b64decode(secret["data"][WIRE_TOKEN_KEY]).decode()
         agent = str((session.get("spec") or {}).get("agentRef", ""))
         return WireClient(f"http://{ip}:{self.harness_port}", agent, token=token)
 

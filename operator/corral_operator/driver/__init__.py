@@ -4,6 +4,7 @@
 from ._children import (
     ChildrenReport,
     children_report,
+    hold_for_children,
     running_children,
     wait_satisfied,
     waiting_for_of,
@@ -58,6 +59,7 @@ __all__ = [
     "evaluate_exit",
     "evaluate_substring",
     "follow_up_message",
+    "hold_for_children",
     "needs_evaluation",
     "resume_message",
     "running_children",

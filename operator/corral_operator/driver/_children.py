@@ -17,6 +17,8 @@ from pydantic import ValidationError
 
 from corral_api.kinds import WaitingFor
 
+from ._state import DriverState
+
 FINISHED = frozenset({"Succeeded", "Failed", "Stopped"})
 SUMMARY_LIMIT = 300
 
@@ -103,6 +105,23 @@ def child_line(name: str, phase: str, status: dict[str, Any]) -> str:
     else:
         where = "pushed nothing"
     return f"- child {name}: {phase}: {answer or '(no answer)'} ({where})"
+
+
+def hold_for_children(state: DriverState, children: list[dict[str, Any]]) -> None:
+    """A session about to succeed while children it started still run waits for them instead,
+    by the wait it last asked for, else all of them: `state` is changed in place."""
+    if state.phase != "Succeeded":
+        return
+    running = running_children(children)
+    if not running:
+        return
+    state.waiting_for = state.waiting_for or WaitingFor()
+    state.phase = "WaitingForChildren"
+    state.finished_at = None
+    state.message = (
+        f"{state.message}; waiting for {running} child session(s) still running "
+        f"(wait mode {state.waiting_for.mode})"
+    )
 
 
 def children_report(

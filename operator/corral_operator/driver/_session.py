@@ -23,6 +23,7 @@ from typing import Any
 
 from corral_api.kinds import AdmissionLedger, AgentSpec, SessionSpec, SettlementRecord
 from corral_api.wire import AdmitRequest, SettledEvent
+from corral_common import logs
 
 from ._children import ChildrenReport, waiting_for_of
 from ._decide import (
@@ -191,6 +192,7 @@ class SessionDriver:
         attempt = f"-f{state.freeze_interruptions}" if state.freeze_interruptions else ""
         # The run id the harness's spans, the custodian's log and ours share (docs/tracing.md).
         run_id = f"{self._conversation}.{turn}{attempt}"
+        logs.bind(runId=run_id)  # this task's lines from here on name the run
         request = AdmitRequest(
             message=message,
             model=overrides.model if overrides else None,

@@ -263,6 +263,20 @@ def derive_lineage(
     )
 
 
+def with_turn_cap(spec: AgentSpec, max_turns: int) -> AgentSpec:
+    """The Agent's spec with the turn limit derived here (never above the Agent's): what the
+    session's driver and custodian are given (the operator's and `corral run`'s alike)."""
+    cap = min(spec.limits.max_turns, max_turns)
+    return spec.model_copy(update={"limits": spec.limits.model_copy(update={"max_turns": cap})})
+
+
+def out_of_turns_message(turns: int, max_turns: int) -> str:
+    """Why a session with no turn left fails (reason TurnLimitReached)."""
+    if max_turns > 0:
+        return f"no turn left: {turns} of {max_turns} used"
+    return "no turn left: the parent session has none left to give"
+
+
 def _turn_cap(spec: AgentSpec, node: _Node, parent_left: int | None, *, is_child: bool) -> int:
     """Turns a Session may have in all: its Agent's limit, and for a child no more than it has
     settled plus what its parent has left now (the parent's turn in flight counts as left)."""

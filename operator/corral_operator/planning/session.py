@@ -26,7 +26,14 @@ from . import reasons as R
 from .agent import agent_ready
 from .conditions import get_condition, remove_condition, set_condition
 from .freeze import with_frozen_condition
-from .lineage import Lineage, LineageRefusal, budget_above_agent, derive_lineage, spent_axis
+from .lineage import (
+    Lineage,
+    LineageRefusal,
+    budget_above_agent,
+    derive_lineage,
+    out_of_turns_message,
+    spent_axis,
+)
 
 FINAL = frozenset({"Succeeded", "Failed", "Stopped"})
 SandboxState = Literal["absent", "starting", "ready", "released", "kept"]
@@ -384,11 +391,7 @@ def plan_session(
 
     def out_of_turns() -> SessionPlan:
         assert isinstance(lineage, Lineage)
-        text = (
-            f"no turn left: {old.turns} of {lineage.max_turns} used"
-            if lineage.max_turns > 0
-            else "no turn left: the parent session has none left to give"
-        )
+        text = out_of_turns_message(old.turns, lineage.max_turns)
         return result(_finish(old, "Failed", text, stamp), "released", R.TURN_LIMIT_REACHED)
 
     pod_name = naming.pod_name(name)

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from anthropic._constants import ANTHROPIC_API_VERSION
 
 from corral_common.catalog import resolve_model
 from corral_harness.engine._loop import EngineSettings, StreamingEngine
@@ -323,3 +324,17 @@ async def test_a_connection_broken_mid_stream_is_retried_only_before_content(
     assert outcome.status == "failed"
     assert outcome.error is not None and outcome.error.type == "connection_error"
     assert len(accepted) == attempts
+
+
+async def test_the_run_id_and_api_version_go_with_every_model_request(
+    adapter: type[StreamingEngine], scripted: RunningServer, tmp_path: Path
+) -> None:
+    _script(scripted, "run-id", [_bash("echo 1"), "done"])
+    job = _job("run-id", tmp_path)
+    job.run_id = "run-42"
+    outcome = await _engine(adapter, scripted).run(job, RecordingHooks(), _ignore)
+    assert outcome.status == "completed"
+    sent = [r["headers"] for r in scripted.model.requests if r["conversation"] == "run-id"]
+    assert [h.get("x-corral-run-id") for h in sent] == ["run-42", "run-42"]
+    # Both adapters speak the API version of the installed SDK (the reference).
+    assert all(h.get("anthropic-version") == ANTHROPIC_API_VERSION for h in sent)

@@ -1,0 +1,333 @@
+"""History that outlives the pod, and the CLI that reads it, on the real API server, operator
+and local node (docs/history.md, docs/cli.md).
+
+The operator runs under the chart's RBAC with an archive directory and its archive reader.
+People are service accounts of the test namespace with tokens from the API server's
+TokenRequest: `reader` may read Corral's kinds there, `outsider` may not. Every `corral`
+command runs as a real process with the person's kubeconfig.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from corral_dev import controlplane, stack
+from corral_dev.controlplane import ControlPlane
+
+from ._node_fixtures import LocalNodeHandle
+from ._operator_fixtures import (
+    OPERATOR_NAMESPACE,
+    OPERATOR_SA,
+    OperatorHandle,
+    ScriptedModelHandle,
+    agent_doc,
+    identity_kubeconfig,
+    session_doc,
+    wait_for,
+)
+
+pytestmark = pytest.mark.timeout(240)
+
+CORRAL = [sys.executable, "-m", "corral_cli.main"]
+READER_RULES = {
+    "apiGroups": ["corral.dev"],
+    "resources": ["sessions", "goals", "evidences", "approvals"],
+    "verbs": ["get", "list", "watch"],
+}
+
+
+@dataclass
+class Archiving:
+    operator: OperatorHandle
+    archive_dir: Path
+    reader_url: str
+    reader: Path  # kubeconfig of a person who may read the namespace's sessions
+    outsider: Path  # kubeconfig of a person with no role there
+
+    def corral(self, *args: str, kubeconfig: Path | None = None, timeout: float = 60) -> Any:
+        env = {**os.environ, "CORRAL_ARCHIVE_URL": self.reader_url}
+        env.pop("KUBECONFIG", None)
+        cmd = [*CORRAL, *args, "--kubeconfig", str(kubeconfig or self.reader)]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def _token_kubeconfig(cp: ControlPlane, namespace: str, account: str) -> Path:
+    cp.kubectl("create", "serviceaccount", account, "-n", namespace)
+    token = cp.kubectl("create", "token", account, "-n", namespace).stdout.strip()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": cp.server,
+                                               "certificate-authority": str(cp.ca_file)}}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": account,
+                                               "namespace": namespace}}],
+        "current-context": "c",
+    }  # fmt: skip
+    path = Path(tempfile.mkdtemp(prefix="corral-person-")) / "kubeconfig"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+@pytest.fixture
+def archiving(
+    request: pytest.FixtureRequest,
+    control_plane: ControlPlane,
+    namespace: str,
+    local_node: LocalNodeHandle,
+    scripted_model: ScriptedModelHandle,
+) -> Iterator[Archiving]:
+    stack.install_rbac(control_plane, f"corral-{namespace}", namespace)
+    kubeconfig = identity_kubeconfig(control_plane, OPERATOR_NAMESPACE, OPERATOR_SA)
+    health, port = controlplane.free_port(), controlplane.free_port()
+    work = Path(tempfile.mkdtemp(prefix="corral-operator-"))
+    args = stack.operator_args(
+        control_plane,
+        kubeconfig=kubeconfig,
+        namespaces=[namespace],
+        health_port=health,
+        model_url=scripted_model.url,
+        wire_wait_seconds=5,
+    )
+    archive = work / "archive"
+    if getattr(request, "param", None) == "unwritable":
+        archive.write_text("a file where the archive's directory should be\n")
+        args += ["--archive-deadline-seconds", "3"]
+    args += ["--archive-dir", str(archive), "--archive-listen", f"127.0.0.1:{port}"]
+    handle = OperatorHandle(control_plane, namespace, kubeconfig, args, work / "operator.log",
+                            node=local_node)  # fmt: skip
+    handle.start()
+    reader = _token_kubeconfig(control_plane, namespace, "reader")
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "corral-reader", "namespace": namespace},
+         "rules": [READER_RULES,
+                   {"apiGroups": [""], "resources": ["events"], "verbs": ["get", "list"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "corral-reader", "namespace": namespace},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                     "name": "corral-reader"},
+         "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}]},
+    ]))  # fmt: skip
+    outsider = _token_kubeconfig(control_plane, namespace, "outsider")
+    try:
+        stack.wait_serving("the operator", f"http://127.0.0.1:{health}/healthz", handle.process,
+                           handle.log)  # fmt: skip
+        yield Archiving(handle, archive, f"http://127.0.0.1:{port}", reader, outsider)
+    finally:
+        handle.stop()
+        with contextlib.suppress(Exception):
+            control_plane.kubectl("delete", "sessions", "--all", "-n", namespace,
+                                  "--wait=false", check=False)  # fmt: skip
+
+
+def _condition(status: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in status.get("conditions", []) if c["type"] == kind), None)
+
+
+def test_a_finished_session_is_read_after_its_pod_is_gone(
+    archiving: Archiving, scripted_model: ScriptedModelHandle, git_repo: Any
+) -> None:
+    op, name = archiving.operator, "hist-done"
+    echo = {"tool_use": {"name": "bash", "input": {"command": "echo archived-hello"}}}
+    scripted_model.load({"conversations": {name: [echo, {"text": "Done, said hello."}]}})
+    op.apply(agent_doc("hist-coder", loop="reactive"), session_doc(name, git_repo, "hist-coder"))
+    status = op.wait_phase(name, {"Succeeded", "Failed"})
+    assert status["phase"] == "Succeeded", status
+
+    # The pod goes only after the archive: the condition says so, the pod is gone.
+    archived = wait_for("the Archived condition", lambda: _condition(op.session_status(name),
+                                                                     "Archived"))  # fmt: skip
+    assert (archived["status"], archived["reason"]) == ("True", "Archived"), archived
+    wait_for("the pod to go", lambda: op.get("pod", f"corral-{name}") is None, 60)
+    uid = op.get("session", name)["metadata"]["uid"]  # type: ignore[index]
+    run = archiving.archive_dir / op.namespace / name / uid
+    record = json.loads((run / "record.json").read_text())
+    events = [json.loads(line) for line in (run / "events.jsonl").read_text().splitlines()]
+    assert record["format"] == "corral.dev/archive/v1" and record["cause"] == "finished"
+    assert record["session"]["status"]["phase"] == "Succeeded"
+    assert [e["offset"] for e in events] == list(range(len(events)))
+    assert record["receipts"][0]["receipt"]["toolsRun"] == ["bash"]
+    assert any(e["type"] == "tool_end" and "archived-hello" in str(e.get("result"))
+               for e in events)  # fmt: skip
+
+    # describe: from the API server and the archive, the pod being gone.
+    described = archiving.corral("describe", "session", name)
+    assert described.returncode == 0, described.stderr
+    out = described.stdout
+    assert "Phase:         Succeeded" in out
+    assert "Archived" in out and "SandboxReleased" in out  # the condition and the Event
+    assert f"{len(events)} wire events, 1 settled (archive" in out, out
+    assert "tools: bash" in out and "ledger: success via reactive" in out
+
+    # logs: the same lines `corral run` prints, from the archive.
+    logs = archiving.corral("logs", name)
+    assert logs.returncode == 0, logs.stderr
+    assert "▶ bash echo archived-hello" in logs.stdout
+    assert "assistant: Done, said hello." in logs.stdout
+    as_json = archiving.corral("logs", name, "--json")
+    assert [json.loads(line)["offset"] for line in as_json.stdout.splitlines()] == [
+        e["offset"] for e in events
+    ]
+
+    # Someone without access to the namespace reads nothing, neither live nor archived.
+    refused = archiving.corral("logs", name, kubeconfig=archiving.outsider)
+    assert refused.returncode == 1 and "403" in refused.stderr, refused.stderr
+    assert "archived-hello" not in refused.stdout
+    described = archiving.corral("describe", "session", name, kubeconfig=archiving.outsider)
+    assert described.returncode == 1 and "forbidden" in described.stderr.lower()
+
+    # get: the table, -o json / yaml / wide, and -A with the admin's kubeconfig.
+    table = archiving.corral("get", "sessions")
+    header, *rows = table.stdout.splitlines()
+    assert header.split()[:6] == ["NAME", "AGENT", "PHASE", "TURNS", "OUTCOME", "COST"]
+    row = next(r.split() for r in rows if r.startswith(name))
+    assert row[1:5] == ["hist-coder", "Succeeded", "1", "success"]
+    listed = json.loads(archiving.corral("get", "sessions", "-o", "json").stdout)
+    assert listed["kind"] == "List" and [i["metadata"]["name"] for i in listed["items"]] == [name]
+    one = yaml.safe_load(archiving.corral("get", "session", name, "-o", "yaml").stdout)
+    assert one["status"]["phase"] == "Succeeded"
+    wide = archiving.corral("get", "sess", "-o", "wide").stdout.splitlines()
+    assert "POD" in wide[0].split() and f"corral-{name}" in wide[1]
+    every = archiving.corral("get", "sessions", "-A", kubeconfig=op.cp.kubeconfig)
+    assert every.stdout.splitlines()[0].split()[:2] == ["NAMESPACE", "NAME"]
+    assert any(line.split()[:2] == [op.namespace, name] for line in every.stdout.splitlines())
+    missing = archiving.corral("get", "session", "nope")
+    assert missing.returncode == 1 and "not found" in missing.stderr
+
+
+@pytest.mark.parametrize("archiving", ["unwritable"], indirect=True)
+def test_a_failing_archive_holds_the_pod_only_until_its_deadline(
+    archiving: Archiving, scripted_model: ScriptedModelHandle, git_repo: Any
+) -> None:
+    op, name = archiving.operator, "hist-broken"
+    scripted_model.load({"conversations": {name: [{"text": "Done."}]}})
+    op.apply(agent_doc("broken-coder"), session_doc(name, git_repo, "broken-coder"))
+    status = op.wait_phase(name, {"Succeeded", "Failed"})
+    assert status["phase"] == "Succeeded", status
+    failed = wait_for("the Archived condition", lambda: _condition(op.session_status(name),
+                                                                   "Archived"), 60)  # fmt: skip
+    assert (failed["status"], failed["reason"]) == ("False", "ArchiveFailed"), failed
+    assert "the pod goes anyway" in failed["message"]
+    wait_for("the pod to go", lambda: op.get("pod", f"corral-{name}") is None, 60)
+    # Events are posted asynchronously and stamped to the second: their presence is what counts.
+    wanted = {"ArchiveFailed", "SandboxReleased"}
+    wait_for("both Events", lambda: wanted <= {e["reason"] for e in op.events(name)}, 30)
+    # Nothing archived, and the reader says why rather than showing half a record.
+    logs = archiving.corral("logs", name)
+    assert logs.returncode == 1 and logs.stdout == "", (logs.stdout, logs.stderr)
+    assert "(503) archive_unavailable: the archive cannot be read" in logs.stderr
+
+
+def test_logs_follow_a_live_session_to_its_end(
+    archiving: Archiving, scripted_model: ScriptedModelHandle, git_repo: Any
+) -> None:
+    op, name = archiving.operator, "hist-live"
+    slow = {"delay": 2.0, "tool_use": {"name": "bash", "input": {"command": "echo step-one"}}}
+    scripted_model.load({"conversations": {name: [slow, {"delay": 2.0, "text": "All done."}]}})
+    op.apply(agent_doc("live-coder", loop="reactive"), session_doc(name, git_repo, "live-coder"))
+    op.wait_phase(name, {"Running"}, timeout=90)
+    env = {**os.environ, "CORRAL_ARCHIVE_URL": archiving.reader_url}
+    env.pop("KUBECONFIG", None)
+    started = time.monotonic()
+    follow = subprocess.Popen(
+        [*CORRAL, "logs", name, "-f", "--kubeconfig", str(archiving.reader)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    first = follow.stdout.readline()  # type: ignore[union-attr]
+    first_at = time.monotonic() - started
+    out, err = follow.communicate(timeout=120)
+    lines = [first, *out.splitlines(keepends=True)]
+    text = "".join(lines)
+    assert follow.returncode == 0, err
+    status = op.session_status(name)
+    assert status["phase"] == "Succeeded", status
+    # It streamed while the turn ran (its first line came before the model's second answer
+    # was due), and it read everything up to the end.
+    assert first_at < 4.0, (first_at, text)
+    assert "▶ bash echo step-one" in text and "assistant: All done." in text
+    assert f"session {name}: Succeeded" in text
+    assert text.index("step-one") < text.index("All done.")
+
+
+def test_tree_get_goals_and_evidence(control_plane: ControlPlane, namespace: str) -> None:
+    def session(name: str, parent: str | None, phase: str, cost: float) -> None:
+        spec: dict[str, Any] = {"agentRef": "a", "task": "t", "workspace": {"repo": "r"}}
+        if parent:
+            spec["parentRef"] = {"name": parent}
+        doc = {"apiVersion": "corral.dev/v1alpha1", "kind": "Session",
+               "metadata": {"name": name, "namespace": namespace}, "spec": spec}  # fmt: skip
+        control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(doc))
+        status = {"status": {"phase": phase, "turns": 2, "usage": {"cost": cost}}}
+        control_plane.kubectl("patch", "session", name, "-n", namespace, "--subresource=status",
+                              "--type=merge", "-p", json.dumps(status))  # fmt: skip
+
+    session("root", None, "WaitingForChildren", 0.5)
+    session("kid-a", "root", "Succeeded", 0.25)
+    session("kid-b", "root", "Running", 0.125)
+    session("grandkid", "kid-b", "Running", 0.0625)
+    session("stranger", None, "Succeeded", 0)
+    kubeconfig = control_plane.kubeconfig
+
+    def corral(*args: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != "KUBECONFIG"}
+        cmd = [*CORRAL, *args, "-n", namespace, "--kubeconfig", str(kubeconfig)]
+        return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=60)
+
+    tree = corral("tree", "root")
+    assert tree.returncode == 0, tree.stderr
+    lines = tree.stdout.splitlines()
+    assert lines[0] == "root  WaitingForChildren  turns 2  $0.5000"
+    assert [line.strip("│├└─ ") .split()[0] for line in lines] == [
+        "root", "kid-a", "kid-b", "grandkid"
+    ]  # fmt: skip
+    assert lines[3].index("grandkid") > lines[2].index("kid-b")  # one level deeper
+    nested = json.loads(corral("tree", "root", "-o", "json").stdout)
+    assert [c["name"] for c in nested["children"]] == ["kid-a", "kid-b"]
+    assert nested["children"][1]["children"][0]["name"] == "grandkid"
+    assert corral("tree", "nobody").returncode == 1
+
+    goal = {"apiVersion": "corral.dev/v1alpha1", "kind": "Goal",
+            "metadata": {"name": "green", "namespace": namespace},
+            "spec": {"description": "make it green",
+                     "success": {"name": "unit", "command": "make test"},
+                     "sessionTemplate": {"spec": {"agentRef": "a", "task": "t",
+                                                  "workspace": {"repo": "r"}}},
+                     "maxWaves": 4}}  # fmt: skip
+    sha = "a" * 40
+    evidence = {"apiVersion": "corral.dev/v1alpha1", "kind": "Evidence",
+                "metadata": {"name": "unit-aaaa", "namespace": namespace},
+                "spec": {"repo": "https://example.invalid/r.git", "revision": sha,
+                         "check": "unit", "command": "make test"}}  # fmt: skip
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all([goal, evidence]))
+    control_plane.kubectl("patch", "goal", "green", "-n", namespace, "--subresource=status",
+                          "--type=merge", "-p", json.dumps({"status": {"waves": 1,
+                          "verdict": "Pending", "session": "green-1"}}))  # fmt: skip
+    passed = json.dumps({"status": {"verdict": "Pass", "exitCode": 0}})
+    control_plane.kubectl("patch", "evidence", "unit-aaaa", "-n", namespace,
+                          "--subresource=status", "--type=merge", "-p", passed)  # fmt: skip
+    goals = corral("get", "goals").stdout.splitlines()
+    assert goals[0].split() == ["NAME", "VERDICT", "WAVES", "SESSION", "AGE"]
+    assert goals[1].split()[:4] == ["green", "Pending", "1/4", "green-1"]
+    found = corral("get", "evidence").stdout.splitlines()
+    assert found[0].split() == ["NAME", "CHECK", "REVISION", "VERDICT", "EXIT", "AGE"]
+    assert found[1].split()[:5] == ["unit-aaaa", "unit", sha[:12], "Pass", "0"]
+    assert "https://example.invalid/r.git" in corral("get", "ev", "-o", "wide").stdout
+    bad = corral("get", "widgets")
+    assert bad.returncode == 2 and "unknown kind" in bad.stderr
+    broken = subprocess.run([*CORRAL, "get", "sessions", "--kubeconfig", "/nonexistent"],
+                            capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert broken.returncode == 2 and "error" in broken.stderr

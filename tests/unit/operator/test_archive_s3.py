@@ -1,0 +1,197 @@
+"""The S3 archive backend against a real HTTP S3 server started here.
+
+The server is moto's (`moto_server`, from the dev extra): a STAND-IN for S3, not S3 itself. It
+is run with IAM authentication on (`INITIAL_NO_AUTH_ACTION_COUNT`), so it recomputes every
+request's SigV4 signature with botocore and refuses a wrong one: the archive's own signer is
+checked against the AWS SDK's on real requests here, and against AWS's published examples in
+test_archive_sigv4.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import httpx
+import pytest
+
+from corral_operator.archive import build_record, sigv4
+from corral_operator.archive.s3 import S3Archive, S3Error
+from corral_operator.archive.store import FileArchive
+
+EVENTS = [
+    {"offset": 0, "type": "turn_started", "submissionId": "s1"},
+    {"offset": 1, "type": "message", "role": "assistant", "content": [{"type": "text",
+     "text": "héllo / wörld"}]},
+    {"offset": 2, "type": "settled", "submissionId": "s1", "status": "completed",
+     "receipt": {"toolsRun": ["bash"]}},
+]  # fmt: skip
+SESSION = {
+    "apiVersion": "corral.dev/v1alpha1",
+    "kind": "Session",
+    "metadata": {"name": "fix-it", "namespace": "agents", "uid": "u-1"},
+    "spec": {"agentRef": "coder"},
+    "status": {"phase": "Succeeded"},
+}
+# The first three requests moto takes without authentication: they make the archive's user.
+UNAUTHENTICATED = 3
+
+
+class MotoS3:
+    def __init__(self, url: str, credentials: Path) -> None:
+        self.url = url
+        self.credentials = credentials
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _iam(url: str, host: str, params: list[tuple[str, str]]) -> str:
+    """An IAM query call (moto routes it by the signature's service)."""
+    body = "&".join(f"{k}={sigv4.uri_encode(v, keep_slash=False)}" for k, v in params).encode()
+    stamp = sigv4.amz_date(datetime.now(UTC))
+    headers = {"host": host, "x-amz-date": stamp,
+               "content-type": "application/x-www-form-urlencoded"}  # fmt: skip
+    headers["authorization"] = sigv4.authorization(
+        "POST", "/", [], headers, sigv4.sha256_hex(body),
+        credentials=sigv4.Credentials("AKIABOOTSTRAP", "bootstrap"),
+        region="us-east-1", service="iam", amz_date=stamp,
+    )  # fmt: skip
+    answer = httpx.post(url + "/", content=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+    return answer.text
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
+    port = _free_port()
+    server = Path(sys.executable).parent / "moto_server"
+    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(UNAUTHENTICATED)}
+    proc = subprocess.Popen(
+        [str(server), "-H", "127.0.0.1", "-p", str(port)],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    url, host = f"http://127.0.0.1:{port}", f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(url + "/moto-api/", timeout=1)  # not counted: moto's own API
+                break
+            except httpx.HTTPError:
+                assert proc.poll() is None and time.monotonic() < deadline, "moto did not start"
+                time.sleep(0.1)
+        version = ("Version", "2010-05-08")
+        _iam(url, host, [("Action", "CreateUser"), ("UserName", "archiver"), version])
+        policy = {"Version": "2012-10-17",
+                  "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
+        _iam(url, host, [("Action", "PutUserPolicy"), ("UserName", "archiver"),
+                         ("PolicyName", "archive"), ("PolicyDocument", json.dumps(policy)),
+                         version])  # fmt: skip
+        made = _iam(url, host, [("Action", "CreateAccessKey"), ("UserName", "archiver"), version])
+        creds = tmp_path_factory.mktemp("s3-credentials")
+        key_id = re.search(r"<AccessKeyId>(.+?)</AccessKeyId>", made)
+        secret = re.search(r"<SecretAccessKey>(.+?)</SecretAccessKey>", made)
+        assert key_id and secret
+        (creds / "accessKeyId").write_text(key_id.group(1) + "\n")
+        (creds / "secretAccessKey").write_text(secret.group(1))
+        bucket = S3Archive(url, "corral-archive", "us-east-1", creds)
+        assert bucket._request("PUT").status_code == 200  # make the bucket
+        bucket.close()
+        yield MotoS3(url, creds)
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _record(uid: str, stamp: str, events: list[dict[str, object]]) -> dict[str, object]:
+    meta = {**SESSION["metadata"], "uid": uid}  # type: ignore[dict-item]
+    return build_record({**SESSION, "metadata": meta}, events, archived_at=stamp, cause="finished")
+
+
+def test_an_archive_is_written_and_read_back_whole(s3: MotoS3) -> None:
+    store = S3Archive(s3.url, "corral-archive", "us-east-1", s3.credentials, prefix="/prod/")
+    record = _record("u-1", "2026-01-01T00:00:00Z", EVENTS)
+    store.write("agents", "fix-it", "u-1", record, EVENTS)
+    back = store.read("agents", "fix-it", "u-1")
+    assert back is not None and back.record == record and back.events == EVENTS
+    assert back.events_from(2) == EVENTS[2:]
+    # The same layout as the filesystem's, under the prefix.
+    listed = store._list("prod/agents/fix-it/")
+    assert sorted(listed) == ["prod/agents/fix-it/u-1/events.jsonl",
+                              "prod/agents/fix-it/u-1/record.json"]  # fmt: skip
+
+
+def test_the_last_archived_run_of_a_name_is_read_without_a_uid(s3: MotoS3) -> None:
+    store = S3Archive(s3.url, "corral-archive", "us-east-1", s3.credentials, prefix="runs")
+    store.write("agents", "again", "u-old", _record("u-old", "2026-01-01T00:00:00Z", []), [])
+    store.write("agents", "again", "u-new", _record("u-new", "2026-01-02T00:00:00Z", EVENTS),
+                EVENTS)  # fmt: skip
+    latest = store.read("agents", "again")
+    assert latest is not None and latest.uid == "u-new" and latest.events == EVENTS
+    assert store.read("agents", "never") is None
+    assert store.read("agents", "again", "u-missing") is None
+
+
+def test_a_missing_record_means_not_archived_and_a_record_covers_its_own_events(
+    s3: MotoS3,
+) -> None:
+    store = S3Archive(s3.url, "corral-archive", "us-east-1", s3.credentials)
+    # A write cut between its two PUTs leaves a transcript and no record: not archived.
+    store._put("agents/cut/u-9/events.jsonl", b'{"offset":0}\n', "application/x-ndjson")
+    assert store.read("agents", "cut", "u-9") is None and store.read("agents", "cut") is None
+    # A retry rewrites a longer transcript before its record: the old record reads its own.
+    store.write("agents", "retry", "u-2", _record("u-2", "2026-01-01T00:00:00Z", EVENTS[:1]),
+                EVENTS[:1])  # fmt: skip
+    lines = "".join(json.dumps(e) + "\n" for e in EVENTS).encode()
+    store._put("agents/retry/u-2/events.jsonl", lines, "application/x-ndjson")
+    back = store.read("agents", "retry", "u-2")
+    assert back is not None and back.events == EVENTS[:1]
+
+
+def test_a_wrong_secret_is_refused_by_the_server_and_said_so(s3: MotoS3, tmp_path: Path) -> None:
+    (tmp_path / "accessKeyId").write_text((s3.credentials / "accessKeyId").read_text())
+    (tmp_path / "secretAccessKey").write_text("not-the-secret")
+    store = S3Archive(s3.url, "corral-archive", "us-east-1", tmp_path)
+    with pytest.raises(S3Error, match="403 SignatureDoesNotMatch"):
+        store.write("agents", "fix-it", "u-3", _record("u-3", "x", []), [])
+    # A rotated Secret is read on the next request, without a restart.
+    (tmp_path / "secretAccessKey").write_text((s3.credentials / "secretAccessKey").read_text())
+    store.write("agents", "fix-it", "u-3", _record("u-3", "x", []), [])
+    assert store.read("agents", "fix-it", "u-3") is not None
+
+
+def test_bad_configuration_and_names_are_refused_before_any_request(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="not an http"):
+        S3Archive("s3.example.com", "b", "us-east-1", tmp_path)
+    with pytest.raises(ValueError, match="bucket"):
+        S3Archive("http://127.0.0.1:1", "", "us-east-1", tmp_path)
+    store = S3Archive("http://127.0.0.1:1", "b", "us-east-1", tmp_path)
+    with pytest.raises(ValueError, match="not a Kubernetes object name"):
+        store.read("../etc", "x")
+    with pytest.raises(S3Error, match="credentials are missing"):
+        store.read("agents", "x")
+    (tmp_path / "accessKeyId").write_text("k")
+    (tmp_path / "secretAccessKey").write_text("s")
+    with pytest.raises(S3Error, match="ConnectError"):  # nothing listens: an OSError, retried
+        store.read("agents", "x", "u")
+
+
+def test_both_backends_read_back_the_same_archive(s3: MotoS3, tmp_path: Path) -> None:
+    record = _record("u-5", "2026-01-05T00:00:00Z", EVENTS)
+    stores = [S3Archive(s3.url, "corral-archive", "us-east-1", s3.credentials), FileArchive(tmp_path)]
+    for store in stores:
+        store.write("agents", "same", "u-5", record, EVENTS)
+    read = [store.read("agents", "same") for store in stores]
+    assert read[0] == read[1] and read[0] is not None
