@@ -149,7 +149,7 @@ class SessionTree:
     async def watch(self) -> None:
         """Start every new child as soon as its document appears (as the operator's watch)."""
         while True:
-            for body in self.files.list():
+            for body in self.files.every():
                 name = str(body["metadata"]["name"])
                 phase = (body.get("status") or {}).get("phase") or "Pending"
                 parent = (body.get("spec") or {}).get("parentRef")
@@ -195,8 +195,9 @@ class SessionTree:
     async def _start_child(self, body: dict[str, Any]) -> None:
         name = str(body["metadata"]["name"])
         try:
-            session = Session.model_validate({k: body[k] for k in ("apiVersion", "kind",
-                                                                    "metadata", "spec")})
+            session = Session.model_validate(
+                {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec")}
+            )
         except (KeyError, ValidationError) as exc:
             self._fail(name, f"invalid spec: {exc}")
             return

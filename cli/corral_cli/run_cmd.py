@@ -26,7 +26,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from corral_api import Agent, Session
-from corral_api.kinds import SessionOverrides
+from corral_api.kinds import SessionOverrides, SessionSpec
 from corral_operator.driver import (
     WAITING_FOR_WAKE,
     DriverOutcome,
@@ -202,9 +202,7 @@ class LocalRun:
         self.tree: SessionTree = (
             parent.tree
             if parent is not None
-            else SessionTree(
-                self.state_dir / "sessions", agents or {}, view, self._run_child
-            )
+            else SessionTree(self.state_dir / "sessions", agents or {}, view, self._run_child)
         )
         self.uid = ""
         self.children: list[LocalRun] = []
@@ -221,7 +219,7 @@ class LocalRun:
         self, session: Session, agent: Agent, max_turns: int, workspace: Path, state_dir: Path
     ) -> str:
         """One child of the tree, run to its end as this run is: its own processes."""
-        parent_name = str((session.spec.parent_ref.name if session.spec.parent_ref else ""))
+        parent_name = str(session.spec.parent_ref.name if session.spec.parent_ref else "")
         parent = self._find(parent_name) or self
         child = LocalRun(
             self.args, session, agent, self.view, parent=parent, state_dir=state_dir,
@@ -339,6 +337,21 @@ class LocalRun:
             spec = spec.model_copy(
                 update={"overrides": current.model_copy(update={"model": route.model_override})}
             )
+        watch: asyncio.Task[None] | None = None
+        if self.parent is None:
+            self.uid = str(self.tree.add_root(self.session, workspace)["metadata"]["uid"])
+            # The operator's watch, for children: it costs a directory listing per tick.
+            watch = asyncio.get_running_loop().create_task(self.tree.watch())
+        else:
+            self.uid = str(self.session.metadata.get("uid") or "")
+        try:
+            return await self._drive(workspace, route, spec)
+        finally:
+            if watch is not None:
+                watch.cancel()
+                await self.tree.stop()
+
+    async def _drive(self, workspace: Path, route: ModelRoute, spec: SessionSpec) -> DriverOutcome:
         harness_url = await self._start(workspace, route)
         record = RunRecord(self.state_dir)
         desk = ApprovalDesk(
@@ -351,12 +364,14 @@ class LocalRun:
 
         def on_event(event: dict[str, Any]) -> None:
             record.record(event)
-            self.view.event(event)
+            self._emit(event)
             desk.on_event(event)
 
         client = WireClient(harness_url, spec.agent_ref, token=self._token)
         async with client:
-            store = LocalTurnStore(self.state_dir)
+            store = TreeTurnStore(
+                self.state_dir, self.tree, self.name, self.uid, child=self.parent is not None
+            )
             self.driver = SessionDriver(client, store, self.agent.spec, spec, self.name, on_event)
             try:
                 outcome = await self.driver.run()
@@ -368,6 +383,32 @@ class LocalRun:
                     deadline = time.monotonic() + due
                     while not self.interrupted and time.monotonic() < deadline:
                         await asyncio.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
+                    outcome = await self.driver.run()
+                while outcome.phase == "WaitingForChildren" and not self.interrupted:
+                    # Children (docs/children.md): resume by the wait mode, with one line per
+                    # finished child, within the turns this session has (the operator's rules).
+                    state = await store.load()
+                    await self.tree.until_satisfied(self.uid, state, lambda: self.interrupted)
+                    if self.interrupted:
+                        break
+                    if state.turns >= self.max_turns:
+                        state.phase, state.finished_at = "Failed", None
+                        state.message = out_of_turns_message(state.turns, self.max_turns)
+                        await store.save(state)
+                        self._emit(
+                            {"source": "driver", "type": "finished", "phase": "Failed",
+                             "message": state.message}
+                        )  # fmt: skip
+                        return DriverOutcome("Failed", state.message, state.turns, state.usage)
+                    report = children_report(
+                        state.waiting_for,
+                        self.tree.files.children_of(self.uid),
+                        state.reported_children,
+                    )
+                    self.driver = SessionDriver(
+                        client, store, self.agent.spec, spec, self.name, on_event,
+                        children_report=report,
+                    )  # fmt: skip
                     outcome = await self.driver.run()
                 while outcome.phase == "WaitingForHuman" and not self.interrupted:
                     # A turn asked a question (docs/turns.md): the person answers here, as
@@ -439,7 +480,7 @@ def run_command(argv: list[str]) -> int:
         return EXIT_INVALID
     name = str(session.metadata["name"])
     view = choose_view(f"corral run · {name}", json_lines=args.json)
-    run = LocalRun(args, session, agent, view)
+    run = LocalRun(args, session, agent, view, agents=found.agents)
     outcome: DriverOutcome | None = None
     code = EXIT_FAILED
     with view:
@@ -473,7 +514,7 @@ def run_command(argv: list[str]) -> int:
                 "--state-dir picks up from state.json (re-attaching to a turn in its ledger)"
             )
         finally:
-            run.parts.stop()
+            run.stop_all()
         if outcome is not None:
             if outcome.succeeded:
                 code = EXIT_OK

@@ -55,7 +55,7 @@ class SessionFiles:
             return None  # claimed by `create` an instant ago, not written yet
         return body
 
-    def list(self) -> list[dict[str, Any]]:
+    def every(self) -> list[dict[str, Any]]:
         """Every Session of the tree, by name."""
         if not self.directory.is_dir():
             return []
@@ -71,7 +71,7 @@ class SessionFiles:
         `corral.dev/parent-uid` and `is_own_child` select them on a cluster)."""
         return [
             s
-            for s in self.list()
+            for s in self.every()
             if ((s.get("spec") or {}).get("parentRef") or {}).get("uid") == uid
         ]
 

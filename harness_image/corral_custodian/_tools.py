@@ -148,7 +148,7 @@ class ControlTools:
 
     async def _all_sessions(self) -> list[dict[str, Any]]:
         if self._files is not None:
-            return self._files.list()
+            return self._files.every()
         assert self._kube is not None
         return await self._kube.list(corral_path(self.namespace, "sessions"))
 

@@ -9,8 +9,10 @@ from typing import Any
 from .test_chart import find, helm_template, rendered
 
 WATCH = 'watchNamespaces=["default"]'
-S3 = ('archive={"s3": {"endpoint": "https://s3.eu-west-1.amazonaws.com", "bucket": "audit", '
-      '"region": "eu-west-1", "prefix": "corral", "credentialsSecret": "archive-keys"}}')  # fmt: skip
+S3 = (
+    'archive={"s3": {"endpoint": "https://s3.eu-west-1.amazonaws.com", "bucket": "audit", '
+    '"region": "eu-west-1", "prefix": "corral", "credentialsSecret": "archive-keys"}}'
+)
 
 
 def _operator(docs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -203,6 +203,38 @@ def receipt_html(last: Obj | None) -> str:
     )
 
 
+def receipts_html(archive: Obj | None) -> str:
+    """Every turn's receipt as the archive keeps it (docs/history.md), one row a settlement."""
+    if not archive:
+        return '<p class="empty">Not archived (yet): the receipts are read once the sandbox goes.</p>'
+    rows = "".join(
+        f'<tr class="receipt status-{esc(r.get("status"))}"><td>{esc(r.get("settlement"))}</td>'
+        f"<td>{esc(r.get('status'))}</td>"
+        f"<td>{esc((r.get('error') or {}).get('type'))}</td>"
+        f"<td>{esc((r.get('receipt') or {}).get('outcome'))}</td>"
+        f"<td>{esc((r.get('receipt') or {}).get('route'))}</td>"
+        f"<td>{esc(_usage_cost(r.get('usage')))}</td></tr>"
+        for r in archive.get("receipts") or []
+    )
+    head = (
+        f'<p class="archived">Archived {esc(archive.get("archivedAt"))} '
+        f"({esc(archive.get('cause'))}, {esc(archive.get('events'))} events)</p>"
+    )
+    if not rows:
+        return head + '<p class="empty">No turn settled.</p>'
+    return head + (
+        '<table class="receipts"><thead><tr><th>#</th><th>Status</th><th>Error</th>'
+        "<th>Outcome</th><th>Route</th><th>Cost</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>"
+    )
+
+
+def _usage_cost(usage: Obj | None) -> str:
+    if not usage or usage.get("cost") is None:
+        return ""
+    return f"${float(usage['cost']):.4f}"
+
+
 def approval_rows(approvals: list[Obj], deciders: set[str], now: float) -> str:
     """One row per Approval; Approve/Deny buttons where this person may decide (the namespace
     is in `deciders`) and the Approval is still pending."""
@@ -249,6 +281,7 @@ def session_page(
     approvals: list[Obj],
     may_decide: bool,
     now: float,
+    archive: Obj | None = None,
 ) -> str:
     md, spec, st = session["metadata"], session.get("spec") or {}, session.get("status") or {}
     ns, name = md["namespace"], md["name"]
@@ -284,6 +317,7 @@ def session_page(
 {approval_rows(approvals, {ns} if may_decide else set(), now)}</div>
 <h2>Plan</h2><div id="plan">{plan_html(st.get("plan"))}</div>
 <h2>Last turn's receipt</h2><div id="receipt">{receipt_html(st.get("lastTurn"))}</div>
+<h2>Receipts</h2><div id="receipts">{receipts_html(archive)}</div>
 <h2>Children</h2><ul class="children">{kids or '<li class="empty">none</li>'}</ul>
 <h2>Conditions</h2><table class="conditions" id="conditions">{conditions}</table>
 </div></div>

@@ -161,6 +161,8 @@ def test_the_local_store_binds_a_decision_to_its_scope_and_call(tmp_path: Path) 
 def test_get_names_the_kind_it_lists(capsys: pytest.CaptureFixture[str]) -> None:
     from corral_cli.main import main as corral
 
-    assert corral(["get", "widgets"]) == 2
+    with pytest.raises(SystemExit) as exited:
+        corral(["get", "widgets"])
+    assert exited.value.code == 2
     err = capsys.readouterr().err
     assert "unknown kind 'widgets'" in err and "approvals" in err

@@ -190,7 +190,8 @@ def test_bad_configuration_and_names_are_refused_before_any_request(tmp_path: Pa
 
 def test_both_backends_read_back_the_same_archive(s3: MotoS3, tmp_path: Path) -> None:
     record = _record("u-5", "2026-01-05T00:00:00Z", EVENTS)
-    stores = [S3Archive(s3.url, "corral-archive", "us-east-1", s3.credentials), FileArchive(tmp_path)]
+    s3_store = S3Archive(s3.url, "corral-archive", "us-east-1", s3.credentials)
+    stores: list[S3Archive | FileArchive] = [s3_store, FileArchive(tmp_path)]
     for store in stores:
         store.write("agents", "same", "u-5", record, EVENTS)
     read = [store.read("agents", "same") for store in stores]
