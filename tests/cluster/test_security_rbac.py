@@ -345,6 +345,16 @@ def test_the_chart_renders_with_defaults_and_refuses_bad_values(
             "ClusterRole",
             "ClusterRole",
             "ValidatingAdmissionPolicy",
+            # The console: its own TokenReview/SubjectAccessReview role, a viewer role for
+            # people, its Service (docs/console.md); the archive's claim and reader Service
+            # (docs/history.md); the metrics Service (docs/observability.md).
+            "ClusterRole",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "Service",
+            "PersistentVolumeClaim",
+            "Service",
+            "Service",
             "ValidatingAdmissionPolicyBinding",
         ]
     )
