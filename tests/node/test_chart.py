@@ -56,7 +56,17 @@ def test_each_watched_namespace_gets_the_sandbox_identity() -> None:
     args = find(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
     assert "--all-namespaces" not in args
-    assert not find(docs, "ClusterRoleBinding")
+    # The one cluster-wide binding is the console's: TokenReview and SubjectAccessReview are
+    # cluster-scoped, and the role grants nothing but creating them.
+    (cluster_binding,) = find(docs, "ClusterRoleBinding")
+    assert cluster_binding["roleRef"]["name"] == "corral-console"
+    roles = find(docs, "ClusterRole")
+    (console_role,) = [r for r in roles if r["metadata"]["name"] == "corral-console"]
+    assert sorted((g, r, v) for rule in console_role["rules"] for g in rule["apiGroups"]
+                  for r in rule["resources"] for v in rule["verbs"]) == [
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("authorization.k8s.io", "subjectaccessreviews", "create"),
+    ]  # fmt: skip
     for ns in ("team-a", "team-b"):
         (account,) = find(docs, "ServiceAccount", ns)
         assert account["metadata"]["name"] == "corral-sandbox"
