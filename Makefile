@@ -46,6 +46,18 @@ test: $(STAMP) lint crds-check control-plane exec exec-check ## Everything CI ru
 test-unit: $(STAMP) ## Unit tests only (no processes, no cluster)
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit
 
+# The semantic memory embedder's tests run in their own venv, so .venv and `make test` stay lean.
+EMBED_VENV := $(HOME)/.cache/corral/venv-memory-embeddings
+
+$(EMBED_VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(EMBED_VENV)
+	$(EMBED_VENV)/bin/pip install -q --upgrade pip
+	$(EMBED_VENV)/bin/pip install -q -e '.[memory-embeddings]' pytest pytest-asyncio pytest-timeout
+	@touch $@
+
+test-embeddings: $(EMBED_VENV)/.installed ## The memory-embeddings extra's tests (tests_extra/embeddings), in its own venv under ~/.cache/corral
+	$(EMBED_VENV)/bin/pytest -q -p no:cacheprovider tests_extra/embeddings
+
 bench: $(STAMP) control-plane exec ## Every benchmark, all figures in one run (pi beside Corral when installable); misses listed at the end
 	@if peers=$$(bash hack/install-peers.sh 2>/dev/null); then export CORRAL_BENCH_PEERS="$$peers"; \
 	else echo "(pi could not be installed: the per-step bench runs Corral alone)"; fi; \
@@ -76,4 +88,4 @@ e2e-kind: ## End-to-end on kind (needs Docker and kind; not in CI here)
 clean: ## Remove the venv and local state (keeps the binary cache)
 	rm -rf $(VENV) .corral
 
-.PHONY: help venv node exec exec-check control-plane crds crds-check lint test test-unit bench bench-peers demo dev-cluster dev-cluster-down e2e-kind clean
+.PHONY: help venv node exec exec-check control-plane crds crds-check lint test test-unit test-embeddings bench bench-peers demo dev-cluster dev-cluster-down e2e-kind clean

@@ -1,15 +1,20 @@
-"""`corral console [--port N]`: the web console on this machine (docs/console.md).
+"""`corral console [--port N] [--state DIR]`: the web console on this machine (docs/console.md).
 
 Against a cluster it acts with your kubeconfig: every read and every decision is yours, and the
-API server's RBAC decides what you see; nothing is stored.
+API server's RBAC decides what you see; nothing is stored. With `--state DIR` (or, when no
+kubeconfig applies, `.corral/` if it exists) it shows `corral run`'s local runs instead: their
+transcripts, receipts and pending approvals, which you may approve or deny.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import ipaddress
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from ._cluster import EXIT_ERROR, EXIT_OK, add_cluster_options, connect
 
@@ -24,9 +29,43 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument(
         "-A", "--all-namespaces", action="store_true", help="every namespace you may list"
     )
+    p.add_argument(
+        "--state",
+        type=Path,
+        metavar="DIR",
+        help="show `corral run` state directories (a run's, or a directory of runs such as "
+        ".corral) instead of a cluster; the default when no kubeconfig applies and .corral/ "
+        "exists",
+    )
     add_cluster_options(p)
     p.set_defaults(namespace=None)
     return p
+
+
+LOCAL_STATE = Path(".corral")
+
+
+def state_dir(args: argparse.Namespace) -> Path | None:
+    """The state directory to show, or None for the cluster of the kubeconfig."""
+    if args.state is not None:
+        return Path(args.state)
+    kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG")
+    if kubeconfig or args.context or (Path.home() / ".kube" / "config").exists():
+        return None
+    return LOCAL_STATE if LOCAL_STATE.is_dir() else None
+
+
+async def _serve_state(args: argparse.Namespace, root: Path) -> int:
+    from corral_operator.console.serve import serve
+
+    from ._console_local import LocalAccess, LocalSource, find_runs
+
+    source = LocalSource(root.resolve())
+    runs = len(find_runs(source.root))
+    print(f"corral console: http://{args.address}:{args.port}/ ({runs} runs in {root})",
+          file=sys.stderr)  # fmt: skip
+    await serve(LocalAccess(source), source, args.address, args.port)
+    return EXIT_OK
 
 
 async def _serve_cluster(args: argparse.Namespace) -> int:
@@ -43,12 +82,30 @@ async def _serve_cluster(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
 def main(argv: Sequence[str]) -> int:
     args = _parser().parse_args(list(argv))
     if not 0 < args.port < 65536:
         print("corral console: --port must be 1-65535", file=sys.stderr)
         return EXIT_ERROR
-    work = _serve_cluster(args)
+    root = state_dir(args)
+    if root is not None:
+        if not root.is_dir():
+            print(f"corral console: --state {root} is not a directory", file=sys.stderr)
+            return EXIT_ERROR
+        if not _loopback(args.address):
+            # No sign-in guards a state directory: whoever reaches the port may decide.
+            print("corral console: --state serves on a loopback address only", file=sys.stderr)
+            return EXIT_ERROR
+    work = _serve_cluster(args) if root is None else _serve_state(args, root)
     try:
         return int(asyncio.run(work))
     except KeyboardInterrupt:

@@ -297,11 +297,15 @@ class LocalRun:
             # Long-term memory outlives the run: one file for every run from this directory.
             "CORRAL_MEMORY_SQLITE": str(memory_file()),
         }
+        # base_env drops CORRAL_*: the embedder choice (docs/memory.md) is passed on by name.
+        if embedder := os.environ.get("CORRAL_MEMORY_EMBEDDER"):
+            env["CORRAL_MEMORY_EMBEDDER"] = embedder
         if route.key:
             key_file = _secret_file(self.state_dir / "secrets" / "model-key", route.key)
             env["CORRAL_MODEL_KEY_FILE"] = str(key_file)
-        if spec.workspace.branch:
-            env["CORRAL_SESSION_BRANCH"] = spec.workspace.branch
+        # The session's own branch, as the operator names it: delivery records it (and a
+        # child starts from what was delivered, docs/children.md).
+        env["CORRAL_SESSION_BRANCH"] = spec.workspace.branch or f"corral/{self.name}"
         if spec.read_only:
             env["CORRAL_READ_ONLY"] = "1"
         # The custodian allows the Agent's model and this Session's override, nothing else.

@@ -8,8 +8,8 @@ and says so in its name, its log and the benchmark's output. What it does:
   one Running and Ready on an address of its own (127.A.B.1, away from the local node's
   127.0.X.Y), through `pods/status`, as a kubelet would;
 - listens on that address at the harness's port (the wire: admit, updates with long-poll,
-  history, abort, readyz) and at the custodian's operator port (`GET /v1/usage`), with the
-  request and answer shapes of `corral_api.wire`;
+  history, abort, end, readyz) and at the custodian's operator port (`GET /v1/usage`,
+  `GET /v1/delivery`), with the request and answer shapes of `corral_api.wire`;
 - accepts only the pod's own wire token, read from the Secret the pod mounts, as the harness
   and the custodian do; anything else is a 401 with an `ErrorBody`;
 - runs each admitted submission as a turn that settles `completed` after `--turn-seconds`, and
@@ -49,7 +49,10 @@ from corral_api.wire import (
     AbortResponse,
     AdmitRequest,
     AdmitResponse,
+    CustodianDelivery,
     CustodianUsage,
+    EndRequest,
+    EndResponse,
     ErrorBody,
     SettledEvent,
     UpdatesResponse,
@@ -82,6 +85,7 @@ class Conversation:
     grew: asyncio.Event = field(default_factory=asyncio.Event)
     queue: list[str] = field(default_factory=list)  # unsettled submissions, admission order
     turns: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    ended: bool = False
 
     def emit(self, type_: str, submission_id: str, **fields: Any) -> None:
         self.events.append(
@@ -323,12 +327,14 @@ class StandinSandbox:
         app.router.add_get("/agents/{agent}/{conversation}/updates", self._updates)
         app.router.add_get("/agents/{agent}/{conversation}/history", self._history)
         app.router.add_post("/agents/{agent}/{conversation}/abort", self._abort)
+        app.router.add_post("/agents/{agent}/{conversation}/end", self._end)
         return app
 
     def _custodian_app(self) -> web.Application:
         app = web.Application()
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/v1/usage", self._usage)
+        app.router.add_get("/v1/delivery", self._delivery)
         return app
 
     async def _readyz(self, _request: web.Request) -> web.Response:
@@ -442,6 +448,32 @@ class StandinSandbox:
                 error = {"type": "submission_aborted", "message": "swept by an abort"}
                 conv.settle(submission, "aborted", error=error, text="")
         return web.json_response(AbortResponse(aborted=True).model_dump())
+
+    async def _end(self, request: web.Request) -> web.Response:
+        """The session is over: the stand-in has no sessionEnd hooks to run."""
+        pod = self._pod_for(request)
+        if isinstance(pod, web.Response):
+            return pod
+        names = self._names(request)
+        if isinstance(names, web.Response):
+            return names
+        try:
+            EndRequest.model_validate(json.loads(await request.read() or b"{}"))
+        except (ValueError, ValidationError) as exc:
+            return _error(400, "bad_request", str(exc)[:500])
+        conv = pod.conversations.get(names)
+        if conv is None or conv.ended:  # unknown or already ended: the harness's answer
+            return web.json_response(EndResponse(ended=False).model_dump(exclude_none=True))
+        conv.ended = True  # its history stays readable, as the harness keeps it
+        return web.json_response(EndResponse(ended=True).model_dump(exclude_none=True))
+
+    async def _delivery(self, request: web.Request) -> web.Response:
+        """No tools ran, so nothing was delivered: the record a custodian gives before its
+        first delivery."""
+        pod = self._pod_for(request)
+        if isinstance(pod, web.Response):
+            return pod
+        return web.json_response(CustodianDelivery().model_dump())
 
     async def _usage(self, request: web.Request) -> web.Response:
         pod = self._pod_for(request)

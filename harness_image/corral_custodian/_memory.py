@@ -184,7 +184,8 @@ class MemoryService:
         return Origin(facts.name, turn)
 
     async def _store(self, scope: str) -> MemoryStore:
-        return MemoryStore(await self._backend_now(), scope)
+        embedder = self._settings.memory_embedder
+        return MemoryStore(await self._backend_now(), scope, embedder=embedder)
 
     async def _call(self, work: Callable[[], Any]) -> Any:
         """Run a blocking store call off the event loop; a broken store is dropped and

@@ -5,11 +5,18 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from corral_api.kinds import AgentSpec
+from corral_common.memory import (
+    LEXICAL,
+    Embedder,
+    EmbedderError,
+    HashedLexicalEmbedder,
+    embedder_named,
+)
 
 from .budget import Budget
 
@@ -67,6 +74,9 @@ class CustodianSettings:
     # from a secret file; neither: the Agent's memory is unavailable (recall is fail-open).
     memory_sqlite: Path | None = None
     memory_dsn: str | None = None
+    # CORRAL_MEMORY_EMBEDDER: how recall compares text (lexical, or a model from the
+    # `memory-embeddings` extra); loaded here so a bad name or a missing extra stops the start.
+    memory_embedder: Embedder = field(default_factory=HashedLexicalEmbedder)
     # The Agent's credentials.hookSecretRef, one file per key: http hooks' secret headers.
     hook_secret_dir: Path | None = None
     # No cluster, but a session tree of `corral run` (corral_common.session_files): children
@@ -161,6 +171,13 @@ def _secret(env: Mapping[str, str], name: str) -> str | None:
     return text
 
 
+def _embedder(env: Mapping[str, str], name: str) -> Embedder:
+    try:
+        return embedder_named(env.get(name, "").strip() or LEXICAL)
+    except EmbedderError as e:
+        raise SettingsError(f"{name}: {e}") from e
+
+
 def from_env(env: Mapping[str, str]) -> CustodianSettings:
     addr = env.get("CORRAL_CUSTODIAN_ADDR", DEFAULT_ADDR)
     host, port = _split_addr(addr, "CORRAL_CUSTODIAN_ADDR")
@@ -239,6 +256,7 @@ def from_env(env: Mapping[str, str]) -> CustodianSettings:
         max_in_flight=_positive(env, "CORRAL_MAX_MODEL_REQUESTS", DEFAULT_MAX_IN_FLIGHT),
         memory_sqlite=_path(env, "CORRAL_MEMORY_SQLITE"),
         memory_dsn=_secret(env, "CORRAL_MEMORY_DSN_FILE"),
+        memory_embedder=_embedder(env, "CORRAL_MEMORY_EMBEDDER"),
         hook_secret_dir=_path(env, "CORRAL_HOOK_SECRET_DIR"),
         local_sessions_dir=_path(env, "CORRAL_LOCAL_SESSIONS_DIR"),
     )

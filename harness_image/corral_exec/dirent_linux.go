@@ -62,3 +62,20 @@ func listDir(dir, name string, buf []byte) ([]string, bool, error) {
 		}
 	}
 }
+
+// lstatBrief is lstat without os.Lstat's FileInfo: a scan stats every directory and every
+// match after every command, and the allocation per stat was a good part of its cost.
+func lstatBrief(path string) (briefStat, bool) {
+	var st syscall.Stat_t
+	if syscall.Lstat(path, &st) != nil {
+		return briefStat{}, false
+	}
+	kind := kindOther
+	switch st.Mode & syscall.S_IFMT {
+	case syscall.S_IFDIR:
+		kind = kindDir
+	case syscall.S_IFREG:
+		kind = kindRegular
+	}
+	return briefStat{kind, st.Size, st.Mtim.Nano()}, true
+}

@@ -25,3 +25,19 @@ func listDir(dir, name string, _ []byte) ([]string, bool, error) {
 	}
 	return subdirs, has, nil
 }
+
+// lstatBrief: the kind, size and mtime of path, not following a symlink.
+func lstatBrief(path string) (briefStat, bool) {
+	info, err := os.Lstat(path)
+	if err != nil {
+		return briefStat{}, false
+	}
+	kind := kindOther
+	switch {
+	case info.IsDir():
+		kind = kindDir
+	case info.Mode().IsRegular():
+		kind = kindRegular
+	}
+	return briefStat{kind, info.Size(), info.ModTime().UnixNano()}, true
+}

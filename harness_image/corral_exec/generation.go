@@ -37,7 +37,12 @@ type surveyScan struct {
 // (its mtime moved, or it changed too recently to trust), and HEAD is read again only when its
 // lstat differs or is too recent: after most commands a scan is the index's stats alone.
 func (s *Service) scanSurvey(q request, name string) surveyScan {
-	matches, rootRelisted := s.indexFor(name).scanNoting()
+	s.scans.Add(1)
+	watch := s.treeWatch()
+	watch.beforeScan(name)
+	index := s.indexFor(name)
+	matches, rootRelisted := index.scanNoting()
+	defer watch.afterScan(name, index.dirNames())
 	s.generationsMu.Lock()
 	last := s.lastSurvey[name]
 	s.generationsMu.Unlock()
@@ -158,7 +163,19 @@ func (s *Service) generationsAfterCommand() map[string]uint64 {
 	}
 	out := make(map[string]uint64, len(names))
 	for _, name := range names {
+		if s.treeWatch().unchanged(name) {
+			s.generationsMu.Lock()
+			out[name] = s.generations[name].number
+			s.generationsMu.Unlock()
+			continue
+		}
 		out[name] = s.scanSurvey(request{}, name).generation
 	}
 	return out
+}
+
+// treeWatch is the service's inotify watch of the tree (nil without inotify), made at first use.
+func (s *Service) treeWatch() *treeWatch {
+	s.watchOnce.Do(func() { s.watch = newTreeWatch(s.Root.Path) })
+	return s.watch
 }

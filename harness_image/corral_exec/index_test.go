@@ -45,3 +45,47 @@ func TestIndexFindsChangesInOldDirectories(t *testing.T) {
 		t.Fatal("a directory listed right after it changed must be listed again next time")
 	}
 }
+
+// A root with many subtrees is walked by several goroutines: the matches and the kept listings
+// must be those of one sequential walk, before and after changes deep in any subtree.
+func TestIndexWalksManySubtreesLikeOneWalk(t *testing.T) {
+	root, _ := filepath.EvalSymlinks(t.TempDir())
+	want := []string{"AGENTS.md"}
+	os.WriteFile(filepath.Join(root, "AGENTS.md"), []byte("root"), 0o644)
+	for i := range 3 * scanWorkers {
+		dir := filepath.Join(root, "pkg"+string(rune('a'+i)), "mod", "deep")
+		os.MkdirAll(dir, 0o755)
+		if i%2 == 0 {
+			rel := "pkg" + string(rune('a'+i)) + "/mod/deep/AGENTS.md"
+			os.WriteFile(filepath.Join(root, rel), []byte(rel), 0o644)
+			want = append(want, rel)
+		}
+	}
+	old := time.Now().Add(-10 * time.Minute)
+	filepath.Walk(root, func(path string, info os.FileInfo, err error) error {
+		return os.Chtimes(path, old, old)
+	})
+	index := &treeIndex{root: root, name: "AGENTS.md", dirs: map[string]*listing{}}
+	check := func(when string, want []string) {
+		t.Helper()
+		var got []string
+		for _, m := range index.scan() {
+			got = append(got, m.Rel)
+		}
+		slices.Sort(got)
+		slices.Sort(want)
+		if !slices.Equal(got, want) {
+			t.Fatalf("%s: %v, want %v", when, got, want)
+		}
+		// Every directory is kept once: 1 root + 3 per subtree.
+		if len(index.dirs) != 1+3*3*scanWorkers {
+			t.Fatalf("%s: %d listings kept", when, len(index.dirs))
+		}
+	}
+	check("first scan", want)
+	check("unchanged", want)
+	os.WriteFile(filepath.Join(root, "pkgb/mod/deep/AGENTS.md"), []byte("new"), 0o644)
+	os.Remove(filepath.Join(root, "pkga/mod/deep/AGENTS.md"))
+	changed := slices.DeleteFunc(slices.Clone(want), func(s string) bool { return s == "pkga/mod/deep/AGENTS.md" })
+	check("after changes", append(changed, "pkgb/mod/deep/AGENTS.md"))
+}

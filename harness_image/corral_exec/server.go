@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unicode/utf8"
@@ -77,6 +78,10 @@ type Service struct {
 	generations   map[string]*surveyGeneration // the survey's change signal, by file name
 	lastSurvey    map[string]surveyParts       // the root's entries and HEAD, by file name
 	started       time.Time
+
+	watchOnce sync.Once
+	watch     *treeWatch   // what changed since the last scans, from inotify (watch_linux.go)
+	scans     atomic.Int64 // survey scans so far (the tests count them)
 }
 
 func NewService(root *Root) *Service {

@@ -32,7 +32,7 @@ log = logging.getLogger("corral.harness")
 
 SweepStatus = Literal["ended", "aborted"]
 BACKGROUND_SYNC_SECONDS = 0.02
-POLL_BATCH_SECONDS = 0.005
+POLL_BATCH_SECONDS = 0.02
 
 
 @dataclass
@@ -157,10 +157,15 @@ class Conversation:
                     break
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(asyncio.shield(self._grew), left)
-            if len(self.events) > offset:
-                # Woken by a fresh event: give the rest of its step a moment to join it, so a
-                # follower makes one request per step rather than one per event.
-                await asyncio.sleep(POLL_BATCH_SECONDS)
+        if wait > 0 and len(self.events) > offset:
+            # A follower's answer waits until its first event is POLL_BATCH_SECONDS old (woken
+            # by a fresh event, or asking again right after an answer while the next step's
+            # events come in): what comes meanwhile joins it, so a follower makes one request
+            # per batch window rather than one per event, each a request, a sync and a wake-up
+            # for the harness beside the turn's own work.
+            age = time.time() - float(self.events[offset]["ts"])
+            if age < POLL_BATCH_SECONDS:
+                await asyncio.sleep(POLL_BATCH_SECONDS - max(age, 0.0))
         end = len(self.events)
         if end > offset:
             await self.log.sync_until(self._event_records[end - 1])

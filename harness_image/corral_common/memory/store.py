@@ -80,7 +80,7 @@ class MemoryStore:
         scope: str,
         *,
         embedder: Embedder | None = None,
-        threshold: float = DEFAULT_THRESHOLD,
+        threshold: float | None = None,
     ) -> None:
         if not scope:
             raise MemoryInputError("a memory scope is required")
@@ -89,7 +89,12 @@ class MemoryStore:
         )
         self.scope = scope
         self.embedder = embedder or HashedLexicalEmbedder()
-        self.threshold = threshold
+        # Similarity scales differ between embedders: one may name its own text threshold.
+        self.threshold = (
+            threshold
+            if threshold is not None
+            else float(getattr(self.embedder, "recall_threshold", DEFAULT_THRESHOLD))
+        )
 
     def close(self) -> None:
         self.backend.close()

@@ -91,12 +91,26 @@ def trim_layer(
         # and trimming 200 AGENTS.md costs more than finding them unchanged: the same inputs
         # give the same answer, so it is kept (units compare by value; their texts' hashes are
         # cached by the strings themselves).
+        # A caller that hands back the very same units tuple (the turn policy does while the
+        # tree is unchanged) is answered by identity: hashing and comparing 200 units by value
+        # is most of what the cache below costs.
+        same = _last_trim.get(name)
+        if same is not None and same[0] is units and same[1] == budget and same[2] is tokenizer:
+            return same[3], list(same[4])
         try:
             report, kept = _trim_whole_units(name, tuple(units), budget, cast(Hashable, tokenizer))
         except TypeError:  # a tokenizer that cannot be a key
             return _trim(name, units, budget, strategy, tokenizer)
+        if isinstance(units, tuple):
+            _last_trim[name] = (units, budget, tokenizer, report, kept)
         return report, list(kept)
     return _trim(name, units, budget, strategy, tokenizer)
+
+
+# The last whole-unit trim of each layer, by the identity of its (immutable) units tuple.
+_last_trim: dict[
+    LayerName, tuple[tuple[Unit, ...], int, Tokenizer, LayerReport, tuple[Unit, ...]]
+] = {}
 
 
 @functools.lru_cache(maxsize=32)

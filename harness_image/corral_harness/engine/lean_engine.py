@@ -19,10 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import urllib.parse
+import urllib.request
+import weakref
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import httpx
 
+from ..http1 import Http1Client, TransportError
 from ._accumulate import MessageBuilder
 from ._loop import EngineSettings, StreamFailure, StreamingEngine, retryable_status, stream_clock
 from ._sse import read_events
@@ -55,16 +60,72 @@ def _client(settings: EngineSettings) -> httpx.AsyncClient:
     return client
 
 
+# The custodian in the pod is a plain-HTTP endpoint: there the small client (`http1`) carries
+# the request, and httpx only where it may meet TLS, a proxy or credentials in the URL.
+_direct: dict[tuple[int, str], tuple[weakref.ref[asyncio.AbstractEventLoop], Http1Client, str]] = {}
+
+
+def _direct_client(settings: EngineSettings) -> tuple[Http1Client, str] | None:
+    """The small client and the path prefix for a plain-HTTP endpoint no proxy stands before."""
+    base = (settings.base_url or DEFAULT_BASE_URL).rstrip("/")
+    loop = asyncio.get_running_loop()
+    key = (id(loop), base)
+    found = _direct.get(key)
+    if found is not None and found[0]() is loop:  # not a closed loop's that had the same id
+        return found[1], found[2]
+    url = urllib.parse.urlsplit(base)
+    if url.scheme != "http" or not url.hostname or url.username or url.query or url.fragment:
+        return None
+    proxies = urllib.request.getproxies()  # what httpx would read from the environment
+    if ("http" in proxies or "all" in proxies) and not urllib.request.proxy_bypass(url.hostname):
+        return None
+    client = Http1Client.tcp(url.hostname, url.port or 80)
+    _direct[key] = (weakref.ref(loop), client, url.path)
+    return client, url.path
+
+
+# The parts of a request that come back unchanged call after call (the system prompt with every
+# AGENTS.md of the tree, the tool list), as last encoded: equal values reuse their JSON.
+_REUSED_PARTS = ("system", "tools")
+_encoded_parts: dict[str, tuple[Any, str]] = {}
+
+
+def encode_request(params: dict[str, Any]) -> bytes:
+    """`json.dumps(params)`, byte for byte, without encoding the system prompt and the tools
+    again when they are the ones of the last request."""
+    fields: list[str] = []
+    for key, value in params.items():
+        if key in _REUSED_PARTS:
+            last = _encoded_parts.get(key)
+            if last is not None and (last[0] is value or last[0] == value):
+                encoded = last[1]
+            else:
+                encoded = json.dumps(value)
+                _encoded_parts[key] = (value, encoded)
+        else:
+            encoded = json.dumps(value)
+        fields.append(f"{json.dumps(key)}: {encoded}")
+    return ("{" + ", ".join(fields) + "}").encode()
+
+
 class LeanEngine(StreamingEngine):
-    """Runs one submission's tool loop against the Messages API over plain httpx."""
+    """Runs one submission's tool loop against the Messages API over plain httpx, or over the
+    small client (`http1`) where the endpoint is plain HTTP with no proxy before it."""
+
+    direct = True  # False: always httpx (the conformance suite runs both ways)
 
     @classmethod
     def prepare(cls, settings: EngineSettings) -> None:
         _client(settings)  # its TLS context alone is tens of milliseconds
+        _direct_client(settings)
 
     async def _stream_once(self, params: dict[str, Any], builder: MessageBuilder) -> None:
+        body = encode_request(params)
+        direct = _direct_client(self.settings) if self.direct else None
+        if direct is not None:
+            await self._stream_direct(direct, body, builder)
+            return
         client = _client(self.settings)
-        body = json.dumps(params).encode()
         try:
             async with (
                 stream_clock(self.settings) as tick,
@@ -73,33 +134,89 @@ class LeanEngine(StreamingEngine):
                 ) as response,
             ):
                 if response.status_code != 200:
-                    raise _status_failure(response, await response.aread())
-                async for sse in read_events(response.aiter_lines()):
-                    if sse.event is None or sse.event == "ping" or not sse.data:
-                        continue  # the SDK skips these too: a ping does not end a silence
-                    tick()
-                    if sse.event == "error":
-                        raise _status_failure(response, sse.data.encode())
-                    builder.on_event(json.loads(sse.data))
+                    raise _status_failure(
+                        response.status_code, response.headers, await response.aread()
+                    )
+                await _read_stream(response.aiter_lines(), response.headers, tick, builder)
         except httpx.TransportError as exc:
             raise StreamFailure(
                 "connection_error", f"model connection failed: {exc!r}", retryable=True
             ) from None
-        except json.JSONDecodeError as exc:
+        _check_finished(builder)
+
+    async def _stream_direct(
+        self, direct: tuple[Http1Client, str], body: bytes, builder: MessageBuilder
+    ) -> None:
+        client, prefix = direct
+        headers = {**_HEADERS, "x-api-key": self.settings.api_key, **self.headers}
+        try:
+            async with (
+                stream_clock(self.settings) as tick,
+                client.request("POST", f"{prefix}/v1/messages", body, headers=headers) as response,
+            ):
+                if response.status != 200:
+                    raise _status_failure(response.status, response.headers, await response.read())
+                await _read_stream(_text_lines(response.lines()), response.headers, tick, builder)
+        except TransportError as exc:
             raise StreamFailure(
-                "model_error",
-                f"the model stream sent an event that is not JSON: {exc}",
-                retryable=True,
+                "connection_error", f"model connection failed: {exc}", retryable=True
             ) from None
-        if not builder.finished:
-            raise StreamFailure(
-                "stream_truncated", "the model stream ended before message_stop", retryable=True
-            )
+        _check_finished(builder)
 
 
-def _status_failure(response: httpx.Response, raw: bytes) -> StreamFailure:
+_HEADERS = {
+    "anthropic-version": API_VERSION,
+    "content-type": "application/json",
+    "accept": "text/event-stream",
+    "user-agent": "corral-harness-lean-engine",
+}
+
+
+async def _text_lines(lines: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """The stream's lines as text; a line may end in CRLF, LF or a lone CR."""
+    async for raw in lines:
+        text = raw.decode("utf-8", errors="replace")
+        if text.endswith("\r"):
+            text = text[:-1]
+        if "\r" in text:
+            for part in text.split("\r"):
+                yield part
+        else:
+            yield text
+
+
+async def _read_stream(
+    lines: AsyncIterator[str],
+    headers: Mapping[str, str],
+    tick: Any,
+    builder: MessageBuilder,
+) -> None:
+    """Feed a 200 stream's events to the builder."""
+    try:
+        async for sse in read_events(lines):
+            if sse.event is None or sse.event == "ping" or not sse.data:
+                continue  # the SDK skips these too: a ping does not end a silence
+            tick()
+            if sse.event == "error":
+                raise _status_failure(200, headers, sse.data.encode())
+            builder.on_event(json.loads(sse.data))
+    except json.JSONDecodeError as exc:
+        raise StreamFailure(
+            "model_error",
+            f"the model stream sent an event that is not JSON: {exc}",
+            retryable=True,
+        ) from None
+
+
+def _check_finished(builder: MessageBuilder) -> None:
+    if not builder.finished:
+        raise StreamFailure(
+            "stream_truncated", "the model stream ended before message_stop", retryable=True
+        )
+
+
+def _status_failure(status: int, headers: Mapping[str, str], raw: bytes) -> StreamFailure:
     """A refusal (HTTP status) or an `error` event (inside a 200 stream), as the SDK names it."""
-    status = response.status_code
     kind, message = "model_error", f"Error code: {status} - {raw.decode(errors='replace')}"
     try:
         body = json.loads(raw)
@@ -114,5 +231,5 @@ def _status_failure(response: httpx.Response, raw: bytes) -> StreamFailure:
     return StreamFailure(
         kind,
         f"model error {status}: {message}",
-        retryable=retryable_status(status, response.headers.get("x-should-retry")),
+        retryable=retryable_status(status, headers.get("x-should-retry")),
     )

@@ -191,6 +191,11 @@ class CorralTurnPolicy:
         self._state: dict[str, _ConversationState] = {}
         # The branch and top-level entries, read again after anything may have changed them.
         self._project: tuple[str | None, list[str]] | None = None
+        # The instruction layer's units as last built: the cache hands back the same file list
+        # while the tree is unchanged, and the same units object lets the trimmed layer be
+        # found again without comparing 200 AGENTS.md texts (context/assembly.py).
+        self._instruction_units: tuple[list[InstructionFile], str, tuple[Unit, ...]] | None = None
+        self._spec_hooks: tuple[tuple[object, ...], Hooks] | None = None
         hooks = hooks or Hooks()
         self._memory_for: MemoryFor = _memory_lookup(memory)
         if memory is not None:
@@ -236,7 +241,15 @@ class CorralTurnPolicy:
         """The Agent's hooks from this submission's spec, ahead of the policy's own."""
         if self.hook_runner is None:
             return self.hooks
-        return hooks_from_spec(ctx.agent.hooks, self.hook_runner, base=self.hooks)
+        # Built once per spec (a submission's spec is one object for its whole turn), not at
+        # every hook point of every step.
+        key = (ctx.agent.hooks, self.hook_runner, self.hooks)
+        last = self._spec_hooks
+        if last is not None and all(a is b for a, b in zip(last[0], key, strict=True)):
+            return last[1]
+        built = hooks_from_spec(ctx.agent.hooks, self.hook_runner, base=self.hooks)
+        self._spec_hooks = (key, built)
+        return built
 
     async def run_hooks(self, phase: Phase, ctx: TurnContext, **fields: Any) -> HookOutcome:
         self._current_ctx[ctx.conversation] = ctx
@@ -295,7 +308,7 @@ class CorralTurnPolicy:
         root = self.workspace.root
         contents = {
             LayerName.IDENTITY: [Unit("agent:identity", agent.identity, header=False)],
-            LayerName.INSTRUCTION_FILES: instruction_units(
+            LayerName.INSTRUCTION_FILES: self._instruction_layer(
                 facts.instruction_files, agent.instructions
             ),
             LayerName.PROJECT_CONTEXT: project_units(root, facts.branch, facts.entries),
@@ -306,6 +319,16 @@ class CorralTurnPolicy:
         }
         layer_budgets = resolve_budgets(agent.budgets, {**self.budgets, **(budgets or {})})
         return assemble(contents, layer_budgets, tokenizer=self.tokenizer)
+
+    def _instruction_layer(
+        self, files: list[InstructionFile], agent_instructions: str
+    ) -> tuple[Unit, ...]:
+        last = self._instruction_units
+        if last is not None and last[0] is files and last[1] == agent_instructions:
+            return last[2]
+        units = tuple(instruction_units(files, agent_instructions))
+        self._instruction_units = (files, agent_instructions, units)
+        return units
 
     # ------------------------------------------------------------------ TurnPolicy
 

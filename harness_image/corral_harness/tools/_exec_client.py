@@ -8,6 +8,7 @@ the words the model reads are made in `tools._result` as for the in-process work
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -15,8 +16,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast, get_args
 
-import httpx
-
+from ..http1 import Http1Client, TransportError
 from ..paths import PathVerdict
 from ..seams import (
     CommandOutcome,
@@ -36,8 +36,9 @@ from ._result import head_tail_text
 
 # Short requests answer quickly; a command's stream is bounded by its own timeout, which the
 # service enforces, so the client waits for it without a read timeout of its own.
-REQUEST_TIMEOUT = httpx.Timeout(60.0, connect=5.0)
-STREAM_TIMEOUT = httpx.Timeout(None, connect=5.0)
+REQUEST_TIMEOUT_SECONDS = 60.0
+HEALTH_TIMEOUT_SECONDS = 2.0
+JSON = {"Content-Type": "application/json"}
 
 SUN_PATH_MAX = 108  # struct sockaddr_un's room for a path, NUL included
 _KINDS: frozenset[str] = frozenset(get_args(WorkspaceErrorKind))
@@ -61,11 +62,7 @@ class ExecWorkspace:
         self._programs: Programs | None = None
         # The survey generations the service reported after the last command, by file name.
         self._after_command: dict[str, int] = {}
-        self._client = httpx.AsyncClient(
-            transport=httpx.AsyncHTTPTransport(uds=self._connectable(self.socket)),
-            base_url="http://corral-exec",
-            timeout=REQUEST_TIMEOUT,
-        )
+        self._client = Http1Client.unix(self._connectable(self.socket), host="corral-exec")
 
     def _connectable(self, socket: str) -> str:
         """The socket's path, or for one too long for sockaddr_un (the local node's host paths
@@ -87,20 +84,32 @@ class ExecWorkspace:
 
     async def healthy(self) -> bool:
         try:
-            return (await self._client.get("/healthz", timeout=2.0)).status_code == 200
-        except httpx.HTTPError:
+            status, _ = await self._exchange("GET", "/healthz", None, HEALTH_TIMEOUT_SECONDS)
+        except WorkspaceError:
             return False
+        return status == 200
 
     # ------------------------------------------------------------------------- transport
 
-    async def _call(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def _exchange(
+        self, method: str, target: str, body: dict[str, Any] | None, timeout: float
+    ) -> tuple[int, bytes]:
+        """One short request and its whole answer, within `timeout` seconds."""
+        data = None if body is None else json.dumps(body).encode()
         try:
-            response = await self._client.post(endpoint, json=body)
-        except httpx.HTTPError as exc:
-            raise WorkspaceError("unavailable", str(exc) or type(exc).__name__) from exc
-        answer = _json(response.content)
-        if response.status_code != 200:
-            raise _error(answer, response.status_code)
+            async with asyncio.timeout(timeout):
+                async with self._client.request(method, target, data, headers=JSON) as response:
+                    return response.status, await response.read()
+        except TransportError as exc:
+            raise WorkspaceError("unavailable", str(exc)) from exc
+        except TimeoutError as exc:
+            raise WorkspaceError("unavailable", f"no answer in {timeout:g} s") from exc
+
+    async def _call(self, endpoint: str, body: dict[str, Any]) -> dict[str, Any]:
+        status, content = await self._exchange("POST", endpoint, body, REQUEST_TIMEOUT_SECONDS)
+        answer = _json(content)
+        if status != 200:
+            raise _error(answer, status)
         return answer
 
     # ------------------------------------------------------------------------- paths
@@ -197,13 +206,13 @@ class ExecWorkspace:
         try:
             # Leaving this block early (the task cancelled: the turn was aborted) closes the
             # connection, and the service kills the command's whole process group.
-            async with self._client.stream(
-                "POST", "/v1/exec", json=body, timeout=STREAM_TIMEOUT
+            async with self._client.request(
+                "POST", "/v1/exec", json.dumps(body).encode(), headers=JSON
             ) as response:
-                if response.status_code != 200:
-                    raise _error(_json(await response.aread()), response.status_code)
-                async for line in response.aiter_lines():
-                    if not line:
+                if response.status != 200:
+                    raise _error(_json(await response.read()), response.status)
+                async for line in response.lines():
+                    if not line.strip():
                         continue
                     event = json.loads(line)
                     kind = event.get("type")
@@ -221,19 +230,16 @@ class ExecWorkspace:
                             head_tail_text(bytes(head), cut, bytes(tail)),
                             bool(event["timedOut"]),
                         )
-        except httpx.HTTPError as exc:
-            raise WorkspaceError("unavailable", str(exc) or type(exc).__name__) from exc
+        except TransportError as exc:
+            raise WorkspaceError("unavailable", str(exc)) from exc
         if outcome is None:
             raise WorkspaceError("unavailable", "the command's stream ended without its exit")
         return outcome
 
     async def programs(self) -> Programs:
         if self._programs is None:
-            try:
-                response = await self._client.get("/healthz")
-            except httpx.HTTPError as exc:
-                raise WorkspaceError("unavailable", str(exc) or type(exc).__name__) from exc
-            answer = _json(response.content)
+            _, content = await self._exchange("GET", "/healthz", None, REQUEST_TIMEOUT_SECONDS)
+            answer = _json(content)
             self._programs = Programs(str(answer["shell"]), answer.get("ripgrep") or None)
         return self._programs
 

@@ -156,9 +156,11 @@ class S3Archive:
             root = ET.fromstring(answer.content)
             keys += [el.text or "" for el in root.iter(f"{_S3_NS}Key")]
             keys += [el.text or "" for el in root.iter("Key")]  # servers without the namespace
-            token = root.findtext(f"{_S3_NS}NextContinuationToken") or root.findtext(
-                "NextContinuationToken"
-            ) or ""
+            token = (
+                root.findtext(f"{_S3_NS}NextContinuationToken")
+                or root.findtext("NextContinuationToken")
+                or ""
+            )
             if not token:
                 return keys
 

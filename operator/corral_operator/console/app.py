@@ -29,7 +29,7 @@ from fastapi.responses import (
 from ..kube import KubeError
 from . import pages
 from .access import Access, Person, Refused
-from .reader import Reader, StreamUnavailable
+from .reader import Source, StreamUnavailable
 
 Obj = dict[str, Any]
 COOKIE = "corral_token"
@@ -71,7 +71,7 @@ def _same_origin(request: Request) -> bool:
     return urlsplit(origin).netloc == request.headers.get("host", "")
 
 
-def build_app(access: Access, reader: Reader, *, secure_cookie: bool = False) -> FastAPI:
+def build_app(access: Access, reader: Source, *, secure_cookie: bool = False) -> FastAPI:
     app = FastAPI(title="Corral console", docs_url=None, redoc_url=None, openapi_url=None)
 
     async def person_of(request: Request) -> Person:
@@ -327,7 +327,8 @@ def build_app(access: Access, reader: Reader, *, secure_cookie: bool = False) ->
         try:
             return await reader.archived(namespace, name, uid)
         except OSError as err:  # the volume or the object store: say so, as the reader does
-            raise Refused(503, "archive_unavailable", f"the archive cannot be read: {err}") from None
+            why = f"the archive cannot be read: {err}"
+            raise Refused(503, "archive_unavailable", why) from None
 
     async def decide(
         request: Request, person: Person, namespace: str, name: str, decision: str, reason: str
@@ -361,8 +362,8 @@ def build_app(access: Access, reader: Reader, *, secure_cookie: bool = False) ->
                 return
             session = await reader.get("Session", namespace, name)
             if session is None:
-                async for chunk in from_archive(namespace, name, None, offset):
-                    yield chunk
+                async for page in from_archive(namespace, name, None, offset):
+                    yield page
                 yield _sse("end", {"reason": "the session is gone"})
                 return
             phase = (session.get("status") or {}).get("phase") or "Pending"
@@ -371,8 +372,8 @@ def build_app(access: Access, reader: Reader, *, secure_cookie: bool = False) ->
             except StreamUnavailable as why:
                 if phase in TERMINAL:
                     uid = session["metadata"].get("uid")
-                    async for chunk in from_archive(namespace, name, uid, offset):
-                        yield chunk
+                    async for page in from_archive(namespace, name, uid, offset):
+                        yield page
                     yield _sse("end", {"reason": f"the session is {phase}; {why}"})
                     return
                 yield await state(str(why))

@@ -206,7 +206,7 @@ def receipt_html(last: Obj | None) -> str:
 def receipts_html(archive: Obj | None) -> str:
     """Every turn's receipt as the archive keeps it (docs/history.md), one row a settlement."""
     if not archive:
-        return '<p class="empty">Not archived (yet): the receipts are read once the sandbox goes.</p>'
+        return '<p class="empty">Not archived (yet): the sandbox still runs, or just went.</p>'
     rows = "".join(
         f'<tr class="receipt status-{esc(r.get("status"))}"><td>{esc(r.get("settlement"))}</td>'
         f"<td>{esc(r.get('status'))}</td>"

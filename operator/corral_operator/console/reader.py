@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -31,6 +31,33 @@ PLURALS = {"Session": "sessions", "Goal": "goals", "Evidence": "evidences", "App
 
 class StreamUnavailable(Exception):
     """The live turn cannot be read: no pod, no address, no wire token, or the harness is gone."""
+
+
+class Stream(Protocol):
+    async def aclose(self) -> None: ...
+
+
+class Source(Protocol):
+    """What the console reads from: a cluster (`Reader`) or a `corral run` state directory
+    (the CLI's `LocalSource`, docs/console.md)."""
+
+    namespaces: tuple[str, ...] | None
+
+    async def objects(self, kind: str, namespace: str) -> list[Obj]: ...
+
+    async def list_everywhere(self, kind: str) -> dict[str, list[Obj]]: ...
+
+    async def get(self, kind: str, namespace: str, name: str) -> Obj | None: ...
+
+    async def wire(self, session: Obj) -> Any: ...
+
+    async def updates(
+        self, client: Any, conversation: str, offset: int, wait: float
+    ) -> tuple[list[Obj], int]: ...
+
+    async def archived(
+        self, namespace: str, name: str, uid: str | None
+    ) -> ArchivedSession | None: ...
 
 
 @dataclass

@@ -10,10 +10,11 @@ from typing import Any
 
 import uvicorn
 
+from ..archive.store import ArchiveStore
 from ..kube import Kube
 from .access import Access, ClusterAccess, KubeconfigAccess
 from .app import build_app
-from .reader import Reader
+from .reader import Reader, Source
 
 log = logging.getLogger("corral.console")
 
@@ -26,7 +27,7 @@ def parse_addr(text: str) -> tuple[str, int]:
     return host or "0.0.0.0", int(port)
 
 
-async def serve(access: Access, reader: Reader, host: str, port: int, **app: Any) -> None:
+async def serve(access: Access, reader: Source, host: str, port: int, **app: Any) -> None:
     config = uvicorn.Config(
         build_app(access, reader, **app), host=host, port=port, log_level="warning",
         access_log=False, lifespan="off",
@@ -41,14 +42,14 @@ async def serve_cluster(
     port: int,
     harness_port: int,
     secure_cookie: bool = False,
+    archive: ArchiveStore | None = None,
 ) -> None:
     """The in-cluster console: people by bearer token, reads with the console's identity."""
     kube = await Kube.connect(kubeconfig)
     access = ClusterAccess(kube)
+    reader = Reader(kube, harness_port, namespaces, archive=archive)
     try:
-        await serve(
-            access, Reader(kube, harness_port, namespaces), host, port, secure_cookie=secure_cookie
-        )
+        await serve(access, reader, host, port, secure_cookie=secure_cookie)
     finally:
         await access.aclose()
         await kube.close()
@@ -60,6 +61,7 @@ def start_in_operator(
     addr: str,
     harness_port: int,
     secure_cookie: bool = False,
+    archive: ArchiveStore | None = None,
 ) -> threading.Thread:
     """The console on its own thread of the operator process. It dies with the process."""
     host, port = parse_addr(addr)
@@ -67,7 +69,9 @@ def start_in_operator(
     def run() -> None:
         try:
             asyncio.run(
-                serve_cluster(kubeconfig, namespaces, host, port, harness_port, secure_cookie)
+                serve_cluster(
+                    kubeconfig, namespaces, host, port, harness_port, secure_cookie, archive
+                )
             )
         except Exception:
             log.exception("the console stopped")

@@ -10,22 +10,16 @@ test_archive_sigv4.py.
 from __future__ import annotations
 
 import json
-import os
-import re
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
 import pytest
 
-from corral_operator.archive import build_record, sigv4
+from corral_operator.archive import build_record
 from corral_operator.archive.s3 import S3Archive, S3Error
 from corral_operator.archive.store import FileArchive
+
+from ..._moto_s3 import MotoS3, moto_s3
 
 EVENTS = [
     {"offset": 0, "type": "turn_started", "submissionId": "s1"},
@@ -41,78 +35,12 @@ SESSION = {
     "spec": {"agentRef": "coder"},
     "status": {"phase": "Succeeded"},
 }
-# The first three requests moto takes without authentication: they make the archive's user.
-UNAUTHENTICATED = 3
-
-
-class MotoS3:
-    def __init__(self, url: str, credentials: Path) -> None:
-        self.url = url
-        self.credentials = credentials
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _iam(url: str, host: str, params: list[tuple[str, str]]) -> str:
-    """An IAM query call (moto routes it by the signature's service)."""
-    body = "&".join(f"{k}={sigv4.uri_encode(v, keep_slash=False)}" for k, v in params).encode()
-    stamp = sigv4.amz_date(datetime.now(UTC))
-    headers = {"host": host, "x-amz-date": stamp,
-               "content-type": "application/x-www-form-urlencoded"}  # fmt: skip
-    headers["authorization"] = sigv4.authorization(
-        "POST", "/", [], headers, sigv4.sha256_hex(body),
-        credentials=sigv4.Credentials("AKIABOOTSTRAP", "bootstrap"),
-        region="us-east-1", service="iam", amz_date=stamp,
-    )  # fmt: skip
-    answer = httpx.post(url + "/", content=body, headers=headers)
-    assert answer.status_code == 200, answer.text
-    return answer.text
 
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoS3]:
-    port = _free_port()
-    server = Path(sys.executable).parent / "moto_server"
-    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(UNAUTHENTICATED)}
-    proc = subprocess.Popen(
-        [str(server), "-H", "127.0.0.1", "-p", str(port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    url, host = f"http://127.0.0.1:{port}", f"127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(url + "/moto-api/", timeout=1)  # not counted: moto's own API
-                break
-            except httpx.HTTPError:
-                assert proc.poll() is None and time.monotonic() < deadline, "moto did not start"
-                time.sleep(0.1)
-        version = ("Version", "2010-05-08")
-        _iam(url, host, [("Action", "CreateUser"), ("UserName", "archiver"), version])
-        policy = {"Version": "2012-10-17",
-                  "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]}
-        _iam(url, host, [("Action", "PutUserPolicy"), ("UserName", "archiver"),
-                         ("PolicyName", "archive"), ("PolicyDocument", json.dumps(policy)),
-                         version])  # fmt: skip
-        made = _iam(url, host, [("Action", "CreateAccessKey"), ("UserName", "archiver"), version])
-        creds = tmp_path_factory.mktemp("s3-credentials")
-        key_id = re.search(r"<AccessKeyId>(.+?)</AccessKeyId>", made)
-        secret = re.search(r"<SecretAccessKey>(.+?)</SecretAccessKey>", made)
-        assert key_id and secret
-        (creds / "accessKeyId").write_text(key_id.group(1) + "\n")
-        (creds / "secretAccessKey").write_text(secret.group(1))
-        bucket = S3Archive(url, "corral-archive", "us-east-1", creds)
-        assert bucket._request("PUT").status_code == 200  # make the bucket
-        bucket.close()
-        yield MotoS3(url, creds)
-    finally:
-        proc.terminate()
-        proc.wait(10)
+    with moto_s3(tmp_path_factory.mktemp("s3-credentials"), "corral-archive") as server:
+        yield server
 
 
 def _record(uid: str, stamp: str, events: list[dict[str, object]]) -> dict[str, object]:
@@ -196,3 +124,26 @@ def test_both_backends_read_back_the_same_archive(s3: MotoS3, tmp_path: Path) ->
         store.write("agents", "same", "u-5", record, EVENTS)
     read = [store.read("agents", "same") for store in stores]
     assert read[0] == read[1] and read[0] is not None
+
+
+def test_the_operator_flags_choose_the_s3_store(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from corral_operator.archive.configure import archive_store
+    from corral_operator.main import parse_args, settings_from
+
+    base = ["--image", "i", "--namespace", "agents"]
+    s3 = ["--archive-s3-endpoint", "http://127.0.0.1:9000", "--archive-s3-bucket", "audit",
+          "--archive-s3-region", "eu-west-1", "--archive-s3-prefix", "prod",
+          "--archive-s3-credentials-dir", str(tmp_path)]  # fmt: skip
+    store = archive_store(settings_from(parse_args([*base, *s3])))
+    assert isinstance(store, S3Archive)
+    assert (store.bucket, store.region, store.prefix) == ("audit", "eu-west-1", "prod/")
+    assert isinstance(archive_store(settings_from(parse_args([*base, "--archive-dir", "/a"]))),
+                      FileArchive)  # fmt: skip
+    assert archive_store(settings_from(parse_args(base))) is None
+    for bad, why in (([*s3, "--archive-dir", "/a"], "not both"),
+                     (s3[:2], "needs --archive-s3-bucket")):  # fmt: skip
+        with pytest.raises(SystemExit):
+            parse_args([*base, *bad])
+        assert why in capsys.readouterr().err

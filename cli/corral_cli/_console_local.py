@@ -1,0 +1,250 @@
+"""`corral console --state DIR`: the console over `corral run` state directories.
+
+Each run's directory (state.json, ledger.jsonl, transcript.jsonl, custodian/approvals/) is
+shown as a Session of the namespace `local`; its pending approvals (the local file store,
+`corral_common.approval_files`) as Approvals a person at this machine decides. The pages, the
+live turn and the decisions are the cluster console's own (operator/corral_operator/console):
+only the source differs. The transcript file is followed as the wire is, and a finished run's
+receipts are read from it as an archive's are (`receipts_of`, docs/history.md).
+
+DIR is a run's state directory, or a directory of runs (`.corral`, whose runs are under
+`runs/`, or any directory whose subdirectories are runs).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import getpass
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from corral_common.approval_files import (
+    ApprovalFiles,
+    ApprovalNotFound,
+    ApprovalScopeMismatch,
+    Verdict,
+)
+from corral_operator.archive.record import ArchivedSession, receipts_of
+from corral_operator.console.access import Person, Refused
+from corral_operator.console.reader import StreamUnavailable
+
+from ._localstore import LEDGER_FILE, STATE_FILE, TRANSCRIPT_FILE, read_jsonl
+
+Obj = dict[str, Any]
+NAMESPACE = "local"
+TERMINAL = frozenset({"Succeeded", "Failed", "Stopped"})
+POLL_SECONDS = 0.2
+APPROVALS = Path("custodian") / "approvals"
+
+
+def _stamp(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _is_run(path: Path) -> bool:
+    return path.is_dir() and any((path / f).exists() for f in (STATE_FILE, TRANSCRIPT_FILE))
+
+
+def find_runs(root: Path) -> dict[str, Path]:
+    """The runs under `root` by name (their directory's name)."""
+    if _is_run(root):
+        return {root.name: root}
+    parent = root / "runs" if (root / "runs").is_dir() else root
+    if not parent.is_dir():
+        return {}
+    return {p.name: p for p in sorted(parent.iterdir()) if _is_run(p)}
+
+
+def _events(run: Path) -> list[Obj]:
+    """The run's wire events once each, in offset order (a re-attached run records some
+    events twice)."""
+    by_offset: dict[int, Obj] = {}
+    for event in read_jsonl(run / TRANSCRIPT_FILE):
+        if "offset" in event:
+            by_offset.setdefault(int(event["offset"]), event)
+    return [by_offset[k] for k in sorted(by_offset)]
+
+
+def _session(name: str, run: Path) -> Obj:
+    try:
+        state = json.loads((run / STATE_FILE).read_text("utf-8"))
+    except (FileNotFoundError, ValueError):  # not started, or being rewritten
+        state = {}
+    admissions = [r for r in read_jsonl(run / LEDGER_FILE) if r.get("kind") == "admission"]
+    agents = sorted(p.name for p in (run / "harness" / "conversations").glob("*"))
+    created = state.get("startedAt") or _stamp(run.stat().st_mtime)
+    usage = state.get("usage") or {}
+    status = {
+        "phase": state.get("phase") or "Pending",
+        "turns": state.get("turns") or 0,
+        "usage": {
+            "inputTokens": usage.get("inputTokens") or 0,
+            "outputTokens": usage.get("outputTokens") or 0,
+            "cost": usage.get("cost") or 0.0,
+        },
+        "lastTurn": state.get("lastTurn"),
+        "plan": state.get("plan"),
+        "message": state.get("message"),
+        "answer": state.get("answer"),
+        "finishedAt": state.get("finishedAt"),
+    }
+    return {
+        "apiVersion": "corral.dev/v1alpha1",
+        "kind": "Session",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "uid": name,
+            "creationTimestamp": created,
+        },
+        "spec": {
+            "agentRef": agents[0] if agents else "",
+            "task": admissions[0].get("message", "") if admissions else "",
+        },
+        "status": {k: v for k, v in status.items() if v is not None},
+    }
+
+
+def _approval(session: str, record: Obj, mtime: float) -> Obj:
+    decision = {"approved": "Approved", "denied": "Denied"}.get(str(record.get("decision")))
+    return {
+        "apiVersion": "corral.dev/v1alpha1",
+        "kind": "Approval",
+        "metadata": {
+            "name": record["id"],
+            "namespace": NAMESPACE,
+            "creationTimestamp": _stamp(mtime),
+        },
+        "spec": {
+            "sessionRef": {"name": session},
+            "action": {"tool": record.get("tool"), "arguments": record.get("input")},
+            "reason": record.get("reason"),
+        },
+        "status": {"decision": decision or "Pending", "decidedBy": record.get("decidedBy")},
+    }
+
+
+class LocalStream:
+    """The run's transcript file, read as the wire is (it has the wire's offsets)."""
+
+    def __init__(self, run: Path) -> None:
+        self.run = run
+
+    async def aclose(self) -> None:
+        """Nothing to close: each page reads the file anew."""
+
+
+class LocalSource:
+    """A console `Source` over state directories: read-only except for approval decisions."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.namespaces: tuple[str, ...] | None = (NAMESPACE,)
+
+    def _run(self, name: str) -> Path | None:
+        return find_runs(self.root).get(name)  # never a path built from the URL
+
+    async def objects(self, kind: str, namespace: str) -> list[Obj]:
+        if namespace != NAMESPACE:
+            return []
+        runs = find_runs(self.root)
+        if kind == "Session":
+            return [_session(name, run) for name, run in runs.items()]
+        if kind == "Approval":
+            found = []
+            for name, run in runs.items():
+                for path in sorted((run / APPROVALS).glob("apr_*.json")):
+                    try:
+                        record = json.loads(path.read_text("utf-8"))
+                    except ValueError:  # being rewritten: the next refresh shows it
+                        continue
+                    found.append(_approval(name, record, path.stat().st_mtime))
+            return found
+        return []  # Goals and Evidence need a cluster
+
+    async def list_everywhere(self, kind: str) -> dict[str, list[Obj]]:
+        return {NAMESPACE: await self.objects(kind, NAMESPACE)}
+
+    async def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        found = await self.objects(kind, namespace)
+        return next((o for o in found if o["metadata"]["name"] == name), None)
+
+    async def wire(self, session: Obj) -> LocalStream:
+        run = self._run(session["metadata"]["name"])
+        if run is None:
+            raise StreamUnavailable("the run's state directory is gone")
+        return LocalStream(run)
+
+    async def updates(
+        self, client: Any, conversation: str, offset: int, wait: float
+    ) -> tuple[list[Obj], int]:
+        """Events from `offset`, waiting up to `wait` seconds for the run to write one."""
+        assert isinstance(client, LocalStream)
+        deadline = time.monotonic() + wait
+        while True:
+            events = [e for e in _events(client.run) if int(e["offset"]) >= offset]
+            if events or time.monotonic() >= deadline:
+                return events, (int(events[-1]["offset"]) + 1 if events else offset)
+            await asyncio.sleep(POLL_SECONDS)
+
+    async def archived(self, namespace: str, name: str, uid: str | None) -> ArchivedSession | None:
+        """A run's record as the archive keeps one: its events and a receipt per settlement."""
+        run = self._run(name) if namespace == NAMESPACE else None
+        if run is None:
+            return None
+        events = _events(run)
+        session = _session(name, run)
+        record = {
+            "archivedAt": session["status"].get("finishedAt"),
+            "cause": "corral run",
+            "events": len(events),
+            "receipts": receipts_of(events),
+            "session": session,
+        }
+        return ArchivedSession(record, events)
+
+
+class LocalAccess:
+    """The person is whoever runs `corral console` on this machine (loopback only): they may
+    read every run and decide its approvals, as at `corral run`'s own prompt."""
+
+    needs_login = False
+
+    def __init__(self, source: LocalSource) -> None:
+        self.source = source
+        self.me = Person(name=f"{getpass.getuser()} (local)")
+
+    async def authenticate(self, token: str | None) -> Person:
+        return self.me
+
+    async def allowed(
+        self, person: Person, verb: str, resource: str, namespace: str, subresource: str = ""
+    ) -> bool:
+        return namespace == NAMESPACE
+
+    async def decide(
+        self, person: Person, namespace: str, name: str, decision: str, comment: str
+    ) -> dict[str, Any]:
+        for run_name, run in find_runs(self.source.root).items():
+            files = ApprovalFiles(run / APPROVALS)
+            try:
+                record = files.read(name)
+            except ApprovalNotFound:
+                continue
+            verdict: Verdict = "approved" if decision == "Approved" else "denied"
+            try:
+                # Bound to the request's own scope and call, as every local decision is.
+                written = files.decide(
+                    name, verdict, by=f"{person.name} in corral console",
+                    scope=str(record.get("scope")), digest=str(record.get("digest")),
+                )  # fmt: skip
+            except ApprovalScopeMismatch as err:
+                raise Refused(403, "forbidden", str(err)) from None
+            except ValueError as err:
+                raise Refused(409, "already_decided", str(err)) from None
+            path = files.path(name)
+            return _approval(run_name, written, path.stat().st_mtime)
+        raise Refused(404, "not_found", f"no approval {name} in {self.source.root}")
