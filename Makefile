@@ -36,7 +36,7 @@ crds-check: $(STAMP) ## Fail if the generated CRDs differ from the models
 	$(BIN)/python -m corral_api.crdgen crds charts/corral/crds --check
 
 lint: $(STAMP) ## ruff, mypy --strict and import-linter
-	$(BIN)/ruff check $(SRC) tests bench
+	$(BIN)/ruff check $(SRC) tests tests_extra bench
 	$(BIN)/mypy $(SRC)
 	$(BIN)/lint-imports
 

@@ -8,7 +8,7 @@ from .embedding import (
     Embedder,
     EmbedderError,
     HashedLexicalEmbedder,
-    StaticModelEmbedder,
+    MiniLMEmbedder,
     cosine,
     embedder_named,
 )
@@ -26,11 +26,11 @@ __all__ = [
     "MemoryInputError",
     "MemoryStore",
     "MemoryUnavailable",
+    "MiniLMEmbedder",
     "Origin",
     "PostgresBackend",
     "Recalled",
     "SqliteBackend",
-    "StaticModelEmbedder",
     "cosine",
     "embedder_named",
 ]

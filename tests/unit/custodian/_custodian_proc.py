@@ -63,7 +63,7 @@ def _secret_file(path: Path) -> str:
 
 @contextmanager
 def running_custodian(
-    env: dict[str, str], log: Path, *, operator: bool = True
+    env: dict[str, str], log: Path, *, operator: bool = True, ready_timeout: float = 20
 ) -> Iterator[Custodian]:
     """Start the custodian with exactly `env` (plus PATH, a credential file and, with
     `operator`, an operator port and wire token) and yield it once ready. The credential and
@@ -90,7 +90,7 @@ def running_custodian(
         process = subprocess.Popen([str(CUSTODIAN)], env=full_env, stdout=out, stderr=out)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + ready_timeout
         while True:
             if process.poll() is not None:
                 raise RuntimeError(f"custodian exited {process.returncode}: {log.read_text()}")
