@@ -8,8 +8,10 @@ token. The Session's `status.usage` comes from this record, never from the harne
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 import httpx
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from corral_api.kinds import Usage
 from corral_api.wire import CustodianDelivery, CustodianUsage
@@ -17,9 +19,37 @@ from corral_api.wire import CustodianDelivery, CustodianUsage
 USAGE_PATH = "/v1/usage"
 DELIVERY_PATH = "/v1/delivery"
 
+RecordT = TypeVar("RecordT", bound=BaseModel)
+
 
 class CustodianUnavailable(Exception):
     """The custodian's record could not be read; the status keeps the last figure read."""
+
+
+async def _read_record(
+    base_url: str,
+    token: str,
+    path: str,
+    shape: type[RecordT],
+    what: str,
+    transport: httpx.AsyncBaseTransport | None,
+    timeout: float,
+) -> RecordT:
+    try:
+        async with httpx.AsyncClient(
+            base_url=base_url, transport=transport, timeout=timeout
+        ) as client:
+            answer = await client.get(path, headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError as err:
+        raise CustodianUnavailable(f"{base_url}{path}: {err!r}") from None
+    if answer.status_code != 200:
+        raise CustodianUnavailable(
+            f"{base_url}{path} answered {answer.status_code}: {answer.text[:200]}"
+        )
+    try:
+        return shape.model_validate(answer.json())
+    except (ValueError, ValidationError) as err:
+        raise CustodianUnavailable(f"{base_url}{path}: not a {what}: {err}") from None
 
 
 async def read_usage(
@@ -29,21 +59,9 @@ async def read_usage(
     transport: httpx.AsyncBaseTransport | None = None,
     timeout: float = 10.0,
 ) -> CustodianUsage:
-    try:
-        async with httpx.AsyncClient(
-            base_url=base_url, transport=transport, timeout=timeout
-        ) as client:
-            answer = await client.get(USAGE_PATH, headers={"Authorization": f"Bearer {token}"})
-    except httpx.HTTPError as err:
-        raise CustodianUnavailable(f"{base_url}{USAGE_PATH}: {err!r}") from None
-    if answer.status_code != 200:
-        raise CustodianUnavailable(
-            f"{base_url}{USAGE_PATH} answered {answer.status_code}: {answer.text[:200]}"
-        )
-    try:
-        return CustodianUsage.model_validate(answer.json())
-    except (ValueError, ValidationError) as err:
-        raise CustodianUnavailable(f"{base_url}{USAGE_PATH}: not a usage record: {err}") from None
+    return await _read_record(
+        base_url, token, USAGE_PATH, CustodianUsage, "usage record", transport, timeout
+    )
 
 
 def status_usage(record: CustodianUsage) -> Usage:
@@ -66,20 +84,6 @@ async def read_delivery(
     timeout: float = 10.0,
 ) -> CustodianDelivery:
     """The custodian's delivery record (docs/delivery.md), on the same port and token."""
-    try:
-        async with httpx.AsyncClient(
-            base_url=base_url, transport=transport, timeout=timeout
-        ) as client:
-            answer = await client.get(DELIVERY_PATH, headers={"Authorization": f"Bearer {token}"})
-    except httpx.HTTPError as err:
-        raise CustodianUnavailable(f"{base_url}{DELIVERY_PATH}: {err!r}") from None
-    if answer.status_code != 200:
-        raise CustodianUnavailable(
-            f"{base_url}{DELIVERY_PATH} answered {answer.status_code}: {answer.text[:200]}"
-        )
-    try:
-        return CustodianDelivery.model_validate(answer.json())
-    except (ValueError, ValidationError) as err:
-        raise CustodianUnavailable(
-            f"{base_url}{DELIVERY_PATH}: not a delivery record: {err}"
-        ) from None
+    return await _read_record(
+        base_url, token, DELIVERY_PATH, CustodianDelivery, "delivery record", transport, timeout
+    )

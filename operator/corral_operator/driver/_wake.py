@@ -9,27 +9,19 @@ so a restarted operator computes the same due time instead of remembering a slee
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Final
 
 from corral_api.kinds import ANSWER_LIMIT, AgentSpec, SessionPhase, SessionSpec
+from corral_api.timestamps import parse_rfc3339, rfc3339
 
 from ._state import Decision, DriverState
 
 WAITING_FOR_WAKE: Final[SessionPhase] = "WaitingForWake"
 
 
-def time_text(moment: datetime) -> str:
-    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time_text(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+time_text = rfc3339
+parse_time_text = parse_rfc3339
 
 
 def with_wake(

@@ -9,7 +9,7 @@ is lost or the spec cannot work.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import ValidationError
@@ -17,6 +17,7 @@ from pydantic import ValidationError
 from corral_api import API_VERSION
 from corral_api.freeze import FrozenBy
 from corral_api.kinds import Agent, ChildrenSummary, Session, SessionStatus
+from corral_api.timestamps import parse_rfc3339, rfc3339
 
 from .. import naming
 from ..driver import wait_satisfied
@@ -72,17 +73,8 @@ class SessionPlan:
         return self.harness_url is not None
 
 
-def now_text(now: datetime) -> str:
-    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> datetime | None:
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        return None
+now_text = rfc3339
+parse_time = parse_rfc3339
 
 
 def pod_is_ready(pod: dict[str, Any] | None) -> bool:
