@@ -36,6 +36,7 @@ import argparse
 import collections
 import json
 import os
+import resource
 import shutil
 import ssl
 import subprocess
@@ -199,7 +200,14 @@ def start_operator(
     args = stack.operator_args(
         plane, kubeconfig=kubeconfig, namespaces=[ns], health_port=health, model_url=model_url
     )
-    proc = stack.start_operator(args, log)
+    profile = os.environ.get("CORRAL_BENCH_PROFILE_OPERATOR")
+    if profile:  # cProfile of the operator's main thread (its event loop), written at exit
+        binary = stack.VENV_BIN / "corral-operator"
+        env = stack.without_credentials(os.environ)
+        command = [sys.executable, "-m", "cProfile", "-o", profile, str(binary), *args]
+        proc = subprocess.Popen(command, stdout=log.open("ab"), stderr=subprocess.STDOUT, env=env)
+    else:
+        proc = stack.start_operator(args, log)
     stack.wait_serving("the operator", f"http://127.0.0.1:{health}/healthz", proc, log, 60)
     return proc
 
@@ -210,12 +218,14 @@ class AuditCounter:
     def __init__(self, path: Path) -> None:
         self.path = path
         self.mark = 0
+        self.by_user: collections.Counter[str] = collections.Counter()  # every identity's
 
     def start(self) -> None:
         self.mark = self.path.stat().st_size if self.path.exists() else 0
 
     def count(self) -> collections.Counter[str]:
         kinds: collections.Counter[str] = collections.Counter()
+        self.by_user = collections.Counter()
         with self.path.open("rb") as log:
             log.seek(self.mark)
             for line in log:
@@ -223,7 +233,9 @@ class AuditCounter:
                     entry = json.loads(line)
                 except ValueError:
                     continue  # a line still being written
-                if entry.get("user", {}).get("username") != OPERATOR_USER:
+                user = entry.get("user", {}).get("username", "?")
+                self.by_user[user] += 1
+                if user != OPERATOR_USER:
                     continue
                 ref = entry.get("objectRef") or {}
                 what = ref.get("resource", "?") + (
@@ -317,6 +329,8 @@ class Burst:
     ns: str
     n: int
     timeout: float
+    # Other processes whose CPU seconds the figures report (the stand-in sandbox).
+    side_processes: dict[str, ProcessMeter] = field(default_factory=dict)
 
     def run(self, operator: subprocess.Popen[bytes], repo: Path, prefix: str) -> dict[str, Any]:
         clock, stop = Clock(), threading.Event()
@@ -328,12 +342,22 @@ class Burst:
         time.sleep(1.0)  # the Agent is validated once, before the clock starts
         manifest = WORK / f"{self.ns}-sessions.yaml"
         manifest.write_text(yaml.safe_dump_all(session_docs(self.ns, prefix, self.n, repo)))
+        others = {name: ProcessMeter(proc.pid) for name, proc in self.plane.processes.items()}
+        others.update(self.side_processes)
+        for other in others.values():
+            other.read()
+        cpu_before = {name: other.cpu_s for name, other in others.items()}
         try:
             self.audit.start()
             waits_before = self.api.queue_waits()
+            children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             self.plane.kubectl("apply", "-f", str(manifest), timeout=600)
             kubectl_s = time.perf_counter() - t0
+            children = resource.getrusage(resource.RUSAGE_CHILDREN)
+            kubectl_cpu = (children.ru_utime - children_before.ru_utime) + (
+                children.ru_stime - children_before.ru_stime
+            )
             all_in = wait(
                 f"{self.n} sessions admitted", lambda: len(clock.admitted) >= self.n, self.timeout
             )
@@ -344,6 +368,8 @@ class Burst:
                 self.timeout,
             )
             meter.read()
+            for other in others.values():
+                other.read()
             requests = self.audit_count_settled()
             waits = self.api.queue_waits()
         finally:
@@ -357,6 +383,13 @@ class Burst:
             for level, (total, count) in sorted(waits.items())
             if count > waits_before.get(level, (0.0, 0.0))[1]
         }  # fmt: skip
+        # Where the machine's CPU went during the burst, and whose requests the server served.
+        figures["cpu_s_during_burst"] = {
+            name: round(other.cpu_s - cpu_before[name], 1) for name, other in others.items()
+        } | {"kubectl": round(kubectl_cpu, 1)}
+        figures["api_requests_by_user"] = {
+            user.rsplit(":", 1)[-1]: count for user, count in self.audit.by_user.most_common(6)
+        }
         return figures
 
     def audit_count_settled(self) -> collections.Counter[str]:
@@ -407,7 +440,7 @@ class Burst:
             "operator_peak_rss_mb": round(meter.peak_rss_mb, 1),
             "operator_cpu_s": round(meter.cpu_s, 1),
             "api_requests_per_session": round(total / self.n, 1),
-            "api_requests_top": dict(requests.most_common(8)),
+            "api_requests_top": dict(requests.most_common(16)),
         }
 
 
@@ -445,6 +478,7 @@ def part_standin(
     operator = start_operator(plane, ns, model_url, WORK / "operator-burst.log")
     try:
         burst = Burst(plane, api, audit, ns, n, timeout=max(180.0, n * 0.6))
+        burst.side_processes["standin-sandbox"] = ProcessMeter(standin.pid)
         return burst.run(operator, WORK / "repo", "b")
     finally:
         operator.terminate()

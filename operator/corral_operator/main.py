@@ -17,7 +17,7 @@ from corral_common import logs
 from . import handlers
 from .archive.configure import archive_store
 from .archive.server import start_archive_reader
-from .diffbase import LeanAnnotationsDiffBaseStorage
+from .diffbase import LeanAnnotationsDiffBaseStorage, LeanAnnotationsProgressStorage
 from .kube import Kube
 from .metrics import parse_address
 from .runtime import Runtime
@@ -276,7 +276,7 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
 @kopf.on.startup()
 async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None:
     # kopf keeps its own bookkeeping in annotations: the CRDs' status schemas are closed.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="corral.dev")
+    settings.persistence.progress_storage = LeanAnnotationsProgressStorage(prefix="corral.dev")
     settings.persistence.diffbase_storage = LeanAnnotationsDiffBaseStorage(
         prefix="corral.dev", key="last-handled-configuration"
     )

@@ -15,7 +15,7 @@ import kopf
 
 from . import naming
 from .archive.store import ArchiveStore
-from .kube import Kube
+from .kube import Kube, corral_path
 from .metrics import OperatorMetrics
 from .planning.session import PlannedEvent
 from .settings import OperatorSettings
@@ -93,13 +93,16 @@ class WatchedObjects:
     keep: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     _seen: dict[tuple[str, str], tuple[float, dict[str, Any]]] = field(default_factory=dict)
 
-    def saw(self, namespace: str, name: str, body: dict[str, Any] | None) -> None:
-        """Record an event's body; None (a deletion) forgets the object."""
+    def saw(self, namespace: str, name: str, body: dict[str, Any] | None) -> bool:
+        """Record an event's body; None (a deletion) forgets the object. True when what is
+        kept changed (a pod's binding or a kubelet's heartbeat changes nothing a pass reads)."""
+        before = self._seen.get((namespace, name))
         if body is None:
             self._seen.pop((namespace, name), None)
-        else:
-            kept = self.keep(body) if self.keep is not None else body
-            self._seen[(namespace, name)] = (time.monotonic(), kept)
+            return before is not None
+        kept = self.keep(body) if self.keep is not None else body
+        self._seen[(namespace, name)] = (time.monotonic(), kept)
+        return before is None or before[1] != kept
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The body last seen, if seen recently enough; None means "ask the API server"."""
@@ -127,6 +130,48 @@ def pod_essentials(pod: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# How often the Freeze cache of a namespace is listed afresh. Watch events keep it current in
+# between; the relist bounds what a lost DELETED (a watch reconnecting) could leave behind.
+FREEZE_RELIST_SECONDS = 60.0
+
+
+@dataclass
+class FreezeCache:
+    """The Freezes of each namespace, as a list read on first use and the operator's Freeze
+    watch since, listed afresh every FREEZE_RELIST_SECONDS.
+
+    A Session's pass reads them here: one LIST per pass of every Session was the second
+    commonest request of a 1,000-Session burst (docs/performance.md). The first read of a
+    namespace always goes to the API server, so an operator that just started misses no
+    freeze; the custodian refuses a frozen Session's model calls on its own reading anyway.
+    """
+
+    _items: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    _listed: dict[str, float] = field(default_factory=dict)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def saw(self, namespace: str, name: str, body: dict[str, Any] | None) -> None:
+        """A watch event: ignored until the namespace was listed once (that list sees it)."""
+        items = self._items.get(namespace)
+        if items is None:
+            return
+        if body is None:
+            items.pop(name, None)
+        else:
+            items[name] = body
+
+    async def freezes(self, kube: Kube, namespace: str) -> list[dict[str, Any]]:
+        if time.monotonic() - self._listed.get(namespace, -1e9) > FREEZE_RELIST_SECONDS:
+            async with self._lock:  # 1,000 first passes at once make one LIST, not 1,000
+                if time.monotonic() - self._listed.get(namespace, -1e9) > FREEZE_RELIST_SECONDS:
+                    listed = await kube.list(corral_path("Freeze", namespace))
+                    self._items[namespace] = {
+                        str(item["metadata"]["name"]): item for item in listed
+                    }
+                    self._listed[namespace] = time.monotonic()
+        return list(self._items.get(namespace, {}).values())
+
+
 @dataclass
 class Runtime:
     kube: Kube
@@ -140,6 +185,10 @@ class Runtime:
     # Drivers with a turn in flight, so a deletion can abort the turn first.
     drivers: dict[tuple[str, str], Any] = field(default_factory=dict)
     wire_transport: SharedTransport = field(default_factory=SharedTransport)
+    freezes: FreezeCache = field(default_factory=FreezeCache)
+    # Wire tokens this process wrote into Sessions' Secrets, by (namespace, name, uid): read
+    # back from the Secret only by an operator that did not write it (after a restart).
+    wire_tokens: dict[tuple[str, str, str], str] = field(default_factory=dict)
     # The Prometheus series the handlers feed (docs/observability.md).
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     # Where finished Sessions are archived before their pods go (docs/history.md); None: off.
@@ -154,6 +203,8 @@ class Runtime:
 
     def forget(self, namespace: str, session: str) -> None:
         self._wakeups.pop((namespace, naming.label_value(session)), None)
+        for key in [k for k in self.wire_tokens if k[:2] == (namespace, session)]:
+            del self.wire_tokens[key]
 
     def wake(self, namespace: str, session_label: str) -> None:
         event = self._wakeups.get((namespace, session_label))

@@ -13,7 +13,7 @@ import logging
 import re
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -66,6 +66,7 @@ from .planning.session import (
 from .planning.turns import event_for
 from .podbuilder import WIRE_TOKEN_KEY, build_sandbox
 from .runtime import Runtime, WatchedObjects, post_event
+from .sessionview import SessionView
 from .store import BudgetExceededStop, SessionStatusStore
 from .wireclient import WireClient
 
@@ -80,8 +81,17 @@ RETRY_AFTER_ERROR = 1.0
 RETRY_CAP = 30.0
 
 
-async def read_wire_token(kube: Kube, namespace: str, session: str, uid: str) -> str:
-    """The Session's wire token, from its own Secret only: one it does not control is refused."""
+async def read_wire_token(
+    kube: Kube,
+    namespace: str,
+    session: str,
+    uid: str,
+    written: dict[tuple[str, str, str], str] | None = None,
+) -> str:
+    """The Session's wire token: the one this process wrote into its Secret (`written`), else
+    read from its own Secret only: one it does not control is refused."""
+    if written is not None and (namespace, session, uid) in written:
+        return written[(namespace, session, uid)]
     path = object_path("v1", "Secret", namespace, naming.wire_secret_name(session))
     secret = await kube.get(path)
     if secret is None:
@@ -102,20 +112,17 @@ class FreshAgentWire:
     def __init__(
         self,
         inner: WireClient,
-        kube: Kube,
-        namespace: str,
-        agent: str,
+        read_agent: Callable[[], Awaitable[dict[str, Any] | None]],
         max_turns: int,
         timed: Callable[[float], None] | None = None,
     ) -> None:
         self._inner = inner
-        self._kube = kube
-        self._path = corral_path("Agent", namespace, agent)
+        self._read_agent = read_agent  # the watched Agent, else the API server's
         self._max_turns = max_turns
         self._timed = timed  # told how long each admission call took
 
     async def admit(self, conversation: str, request: AdmitRequest) -> AdmitResponse:
-        body = await self._kube.get(self._path)
+        body = await self._read_agent()
         if body is not None and agent_ready(body):
             with contextlib.suppress(ValidationError):
                 fresh = AgentSpec.model_validate(body.get("spec") or {})
@@ -142,7 +149,7 @@ class FreshAgentWire:
         self, conversation: str, *, agent: AgentSpec | None = None, phase: str | None = None
     ) -> EndResponse:
         # The sessionEnd hooks of the Agent as it is now, like every admission's.
-        body = await self._kube.get(self._path)
+        body = await self._read_agent()
         if body is not None and agent_ready(body):
             with contextlib.suppress(ValidationError):
                 agent = AgentSpec.model_validate(body.get("spec") or {})
@@ -175,12 +182,22 @@ class StopFlag(Protocol):
 
 
 class SessionLoop:
-    def __init__(self, runtime: Runtime, namespace: str, name: str) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        namespace: str,
+        name: str,
+        live: Mapping[str, Any] | None = None,
+    ) -> None:
         self._rt = runtime
         self._kube: Kube = runtime.kube
         self._ns = namespace
         self._name = name
         self._path = corral_path("Session", namespace, name)
+        # The Session as kopf's watch (`live`) and this loop's own reads and writes know it.
+        self._view = SessionView(self._kube, self._path, live)
+        # Set when a create met an object in the way: the next pass looks the objects up.
+        self._look_up_existing = False
         self._pod_path = object_path("v1", "Pod", namespace, naming.pod_name(name))
         self._wake = runtime.wakeup(namespace, name)
         # The Session and its ancestors as the last pass read them, for the freeze check.
@@ -215,6 +232,15 @@ class SessionLoop:
                 bridge.cancel()
             self._rt.forget(self._ns, self._name)
 
+    async def last_known(self) -> dict[str, Any] | None:
+        """The Session as this loop knows it now (after it stopped: for the abort on deletion);
+        None when it cannot be read."""
+        try:
+            return await self._view.read()
+        except KubeError as err:
+            log.warning("session %s/%s: not readable: %s", self._ns, self._name, err)
+            return None
+
     async def _wake_on(self, flag: Any) -> None:
         await flag
         self._wake.set()
@@ -228,18 +254,22 @@ class SessionLoop:
     async def _step(self, stopped: StopFlag) -> float | None:
         """One observe-plan-apply pass; the seconds to wait before the next, None to stop."""
         started = time.perf_counter()
-        body = await self._kube.get(self._path)
+        body = await self._view.read()
         if body is None or body["metadata"].get("deletionTimestamp"):
             return None
         agent_ref = (body.get("spec") or {}).get("agentRef", "")
         # The Agent and the pod as the operator's watches delivered them, else from the server;
         # reads that do not depend on each other go out together (under load each is a wait).
         self._pod_path = sandbox_pod_path(body)
+        pod_name = self._pod_path.rpartition("/")[2]
+        # A Session not yet planned has no pod unless the watch saw one: a pod in the way
+        # shows as a 409 when it is created, and that pass looks everything up.
+        unplanned = not (body.get("status") or {}).get("conditions") and not self._look_up_existing
         agent, pod = await asyncio.gather(
             self._read_through(
                 self._rt.agents, agent_ref, corral_path("Agent", self._ns, agent_ref)
             ),
-            self._read_through(self._rt.pods, self._pod_path.rpartition("/")[2], self._pod_path),
+            self._read_through(self._rt.pods, pod_name, self._pod_path, ask=not unplanned),
         )
         uid = body["metadata"].get("uid", "")
         children = None
@@ -259,7 +289,9 @@ class SessionLoop:
         if not final:
             parents, ancestor_agents = await self._ancestors(body)
             self._chain = [body, *parents]
-            if pod is None:
+            if pod is None and (self._look_up_existing or status.get("conditions")):
+                # A Session past its first pass may have left objects behind (a restart, an
+                # earlier Session of this name); a new one creates, and looks only on a 409.
                 existing, frozen_by = await asyncio.gather(self._existing(), self._frozen_by())
             else:
                 frozen_by = await self._frozen_by()
@@ -277,7 +309,10 @@ class SessionLoop:
             frozen_by=frozen_by,
         )
         self._archive_retry = None
-        adopted = await self._apply(body, agent, plan)
+        # A pass about to drive leaves its status to the driver's first write (the admission
+        # ledger follows within milliseconds): one write per turn started, not two.
+        driving = plan.drive and agent is not None and plan.harness_url is not None
+        adopted = await self._apply(body, agent, plan, defer_status=driving)
         self._rt.metrics.reconcile_seconds.labels("Session").observe(time.perf_counter() - started)
         if self._archive_retry is not None:
             return self._archive_retry
@@ -285,8 +320,8 @@ class SessionLoop:
             return None
         if adopted:
             return 0.0  # a warm pod is ready now: drive the first turn without waiting
-        if plan.drive and agent is not None and plan.harness_url is not None:
-            assert plan.lineage is not None and plan.pod_ip is not None
+        if driving:
+            assert agent is not None and plan.lineage is not None and plan.pod_ip is not None
             await self._drive(body, agent, plan, stopped, children)
             return 0.0
         if plan.requeue_after is not None:
@@ -297,13 +332,13 @@ class SessionLoop:
         return IDLE_RECHECK
 
     async def _read_through(
-        self, seen: WatchedObjects, name: str, path: str
+        self, seen: WatchedObjects, name: str, path: str, *, ask: bool = True
     ) -> dict[str, Any] | None:
-        """The object as recently watched, else read from the server and remembered: an Agent
-        that does not change is then read once per WATCHED_FRESH_SECONDS, not once per pass of
-        each of its Sessions."""
+        """The object as recently watched, else (unless not `ask`ed to) read from the server
+        and remembered: an Agent that does not change is then read once per
+        WATCHED_FRESH_SECONDS, not once per pass of each of its Sessions."""
         found = seen.get(self._ns, name)
-        if found is None:
+        if found is None and ask:
             seen.saw(self._ns, name, await self._kube.get(path))
             found = seen.get(self._ns, name)  # as kept: the same shape either way
         return found
@@ -338,7 +373,7 @@ class SessionLoop:
     async def _frozen_by(self) -> FrozenBy | None:
         """The Freeze that holds this Session now, read from the API server (never a cache: a
         freeze must not be missed because the operator started a moment ago)."""
-        freezes = await self._kube.list(corral_path("Freeze", self._ns))
+        freezes = await self._rt.freezes.freezes(self._kube, self._ns)
         return covering_freeze(self._chain, freezes)
 
     async def _existing(self) -> dict[str, dict[str, Any]]:
@@ -355,9 +390,15 @@ class SessionLoop:
         }
 
     async def _apply(
-        self, body: dict[str, Any], agent: dict[str, Any] | None, plan: SessionPlan
+        self,
+        body: dict[str, Any],
+        agent: dict[str, Any] | None,
+        plan: SessionPlan,
+        *,
+        defer_status: bool = False,
     ) -> bool:
-        """Apply the plan; True when it adopted a warm pod."""
+        """Apply the plan; True when it adopted a warm pod. With `defer_status`, the planned
+        status is not written here: the driver's store writes it with its first save."""
         status = plan.status
         refused: KubeError | None = None
         adopted: str | None = None
@@ -375,8 +416,8 @@ class SessionLoop:
                     status, err.reason, now=datetime.now(UTC), generation=generation
                 )
         patch = merge_patch(body.get("status") or {}, status)
-        if patch:
-            await self._kube.patch_status(self._path, patch)
+        if patch and not defer_status:
+            await self._view.patch_status(patch)
         for event in plan.events:
             post_event(body, event)
         if refused is not None:
@@ -407,7 +448,9 @@ class SessionLoop:
             body,
             status,
             self._pod_path,
-            lambda: read_wire_token(self._kube, self._ns, self._name, str(md.get("uid", ""))),
+            lambda: read_wire_token(
+                self._kube, self._ns, self._name, str(md.get("uid", "")), self._rt.wire_tokens
+            ),
             harness_port=self._rt.settings.harness_port,
             deadline_seconds=self._rt.settings.archive_deadline_seconds,
             cause=cause,
@@ -415,7 +458,7 @@ class SessionLoop:
         )
         self._archive_retry = done.retry_after
         if done.status is not None:
-            await self._kube.patch_status(self._path, done.status)
+            await self._view.patch_status(done.status)
         if done.event is not None:
             post_event(body, done.event)
         return done.release
@@ -423,11 +466,12 @@ class SessionLoop:
     async def _create_sandbox(
         self, body: dict[str, Any], agent: dict[str, Any], lineage: Lineage
     ) -> str | None:
-        """Create the Secret, the policy and the pod, in that order. An object that exists
-        already is used only if this Session controls it; otherwise nothing more is created
-        (a pod must never mount a Secret someone else wrote) and the next pass fails the
-        Session naming the object. Once the Secret and the policy are there, a pod of the
-        Agent's warm pool is adopted instead of creating one when there is one: its name."""
+        """Create the Secret and the policy (together), then the pod. An object that exists
+        already is used only if this Session controls it; otherwise the pod is not created (a
+        pod must never mount a Secret someone else wrote, nor run before its policy) and the
+        next pass fails the Session naming the object. Once the Secret and the policy are
+        there, a pod of the Agent's warm pool is adopted instead of creating one when there is
+        one: its name."""
         session = Session.model_validate({k: body[k] for k in ("metadata", "spec")})
         the_agent = Agent.model_validate({k: agent[k] for k in ("metadata", "spec")})
         wire_token, credential = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
@@ -435,28 +479,35 @@ class SessionLoop:
             the_agent, session, self._rt.settings, wire_token, credential, budget=lineage.budget
         )
         uid = str(body["metadata"].get("uid", ""))
-        for manifest in manifests.all():
-            if manifest is manifests.pod:
-                adopted = await pool.adopt_pooled_pod(
-                    self._rt, the_agent, session, wire_token, credential, lineage.budget
-                )
-                if adopted is not None:
-                    self._rt.metrics.pods_started.labels(self._ns, "warm").inc()
-                    return adopted
-            if await self._kube.create(manifest):
-                if manifest is manifests.pod:
-                    self._rt.metrics.pods_started.labels(self._ns, "cold").inc()
-                continue
-            md = manifest["metadata"]
-            path = object_path(
-                manifest["apiVersion"], manifest["kind"], md["namespace"], md["name"]
-            )
-            there = await self._kube.get(path)
-            if there is None or ownership(there, self._name, uid) != "ours":
-                raise KubeError(
-                    409, f"{manifest['kind']} {md['name']} exists and is not this Session's"
-                )
+        secret_created, _ = await asyncio.gather(
+            self._create_ours(manifests.secret, uid),
+            self._create_ours(manifests.network_policy, uid),
+        )
+        if secret_created:
+            self._rt.wire_tokens[(self._ns, self._name, uid)] = wire_token
+        adopted = await pool.adopt_pooled_pod(
+            self._rt, the_agent, session, wire_token, credential, lineage.budget
+        )
+        if adopted is not None:
+            self._rt.metrics.pods_started.labels(self._ns, "warm").inc()
+            return adopted
+        if await self._create_ours(manifests.pod, uid):
+            self._rt.metrics.pods_started.labels(self._ns, "cold").inc()
         return None
+
+    async def _create_ours(self, manifest: dict[str, Any], uid: str) -> bool:
+        """Create `manifest`: True when created, False when this Session's own is there
+        already (a restart); KubeError 409 when someone else's is in the way."""
+        if await self._kube.create(manifest):
+            return True
+        md = manifest["metadata"]
+        path = object_path(manifest["apiVersion"], manifest["kind"], md["namespace"], md["name"])
+        there = await self._kube.get(path)
+        if there is None or ownership(there, self._name, uid) != "ours":
+            self._look_up_existing = True  # the next pass plans with what is in the way
+            what = f"{manifest['kind']} {md['name']}"
+            raise KubeError(409, f"{what} exists and is not this Session's")
+        return False
 
     # ------------------------------------------------------------------------------ turns
 
@@ -475,7 +526,7 @@ class SessionLoop:
             Agent.model_validate({k: agent[k] for k in ("metadata", "spec")}).spec, max_turns
         )
         uid = str(body["metadata"].get("uid", ""))
-        token = await read_wire_token(self._kube, self._ns, self._name, uid)
+        token = await read_wire_token(self._kube, self._ns, self._name, uid, self._rt.wire_tokens)
         client = WireClient(
             plan.harness_url,
             session.spec.agent_ref,
@@ -500,7 +551,15 @@ class SessionLoop:
             post_event(body, event)
 
         store = SessionStatusStore(
-            self._kube, self._ns, self._name, usage, delivery, own_children, on_phase=on_phase
+            self._kube,
+            self._ns,
+            self._name,
+            usage,
+            delivery,
+            own_children if may_have_children(body, agent) else None,
+            on_phase=on_phase,
+            view=self._view,
+            planned=plan.status,  # what this pass planned and left to the store's first save
         )
         metrics = self._rt.metrics
         created = str(body["metadata"].get("creationTimestamp") or "")
@@ -517,9 +576,14 @@ class SessionLoop:
         def timed(seconds: float) -> None:
             metrics.admission_seconds.labels(self._ns).observe(seconds)
 
-        wire = FreshAgentWire(
-            client, self._kube, self._ns, session.spec.agent_ref, max_turns, timed
-        )
+        agent_ref = session.spec.agent_ref
+
+        async def read_agent() -> dict[str, Any] | None:
+            return await self._read_through(
+                self._rt.agents, agent_ref, corral_path("Agent", self._ns, agent_ref)
+            )
+
+        wire = FreshAgentWire(client, read_agent, max_turns, timed)
         old = SessionStatus.model_validate(body.get("status") or {})
         report = None
         if old.phase == "WaitingForChildren":
@@ -550,6 +614,10 @@ class SessionLoop:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
             await client.aclose()
+            try:
+                await store.write_planned()
+            except (KubeError, LookupError) as err:  # the next pass plans and writes it again
+                log.warning("session %s/%s: status not written: %s", self._ns, self._name, err)
 
     async def _interrupt(
         self, body: dict[str, Any], driver: SessionDriver, frozen_by: FrozenBy
@@ -572,7 +640,9 @@ class SessionLoop:
             waker = asyncio.create_task(self._wake.wait())
             # The wake-up also fires when the daemon is told to stop (see `run`), so this
             # timeout is only a safety net; a short one woke 1,000 idle loops every second.
-            done, _ = await asyncio.wait({task, waker}, timeout=DRIVER_RECHECK)
+            done, _ = await asyncio.wait(
+                {task, waker}, timeout=DRIVER_RECHECK, return_when=asyncio.FIRST_COMPLETED
+            )
             waker.cancel()
             if task in done:
                 break
@@ -594,7 +664,9 @@ class SessionLoop:
         task.result()
 
     async def _pod_alive(self) -> bool:
-        pod = await self._kube.get(self._pod_path)
+        pod = await self._read_through(
+            self._rt.pods, self._pod_path.rpartition("/")[2], self._pod_path
+        )
         return pod is not None and not pod["metadata"].get("deletionTimestamp")
 
     async def _fail(self, store: SessionStatusStore, message: str) -> None:

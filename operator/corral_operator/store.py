@@ -27,6 +27,7 @@ from .planning.patch import merge_patch
 from .planning.reasons import BUDGET_EXCEEDED, DELIVERY_FAILED
 from .planning.session import EventType, PlannedEvent, now_text
 from .planning.turns import driver_state_from_status, status_with_driver_state
+from .sessionview import SessionView
 
 log = logging.getLogger("corral.operator.store")
 
@@ -64,12 +65,21 @@ class SessionStatusStore:
         children_reader: ChildrenReader | None = None,
         *,
         on_phase: Callable[[PlannedEvent], None] | None = None,
+        view: SessionView | None = None,
+        planned: dict[str, Any] | None = None,
     ) -> None:
         self._kube = kube
         # Told of each phase change this store writes, once, after the write (an Event).
         self._on_phase = on_phase
         self._path = corral_path("Session", namespace, name)
+        # Reads and writes through the Session's loop's view, when it has one (no GET when
+        # the loop's last write is still the newest).
+        self._view = view if view is not None else SessionView(kube, self._path)
         self._status: dict[str, Any] = {}
+        # The status on the server, and the one the Session's pass planned but left to this
+        # store's first write (None once written): the driver starts from the planned one.
+        self._written: dict[str, Any] = {}
+        self._planned = planned
         self._generation = 0
         self._usage_reader = usage_reader
         self._settled: tuple[str, str] | None = None
@@ -79,10 +89,11 @@ class SessionStatusStore:
         self._delivery_read_for: str | None = None  # the submission whose delivery was read
 
     async def load(self) -> DriverState:
-        body = await self._kube.get(self._path)
+        body = await self._view.read()
         if body is None:
             raise LookupError(f"Session {self._path} is gone")
-        self._status = dict(body.get("status") or {})
+        self._written = dict(body.get("status") or {})
+        self._status = dict(self._planned) if self._planned is not None else self._written
         self._generation = int(body.get("metadata", {}).get("generation") or 0)
         state = driver_state_from_status(self._status)
         self._settled = _settled_key(state)
@@ -157,16 +168,31 @@ class SessionStatusStore:
         )
         if verdict is not None:
             new = _with_delivery(new, verdict, self._generation)
-        patch = merge_patch(self._status, new)
+        patch = merge_patch(self._written, new)
+        self._planned = None
         if patch:
-            before = self._status.get("phase") or "Pending"
-            patched = await self._kube.patch_status(self._path, patch)
-            self._status = dict(patched.get("status") or new)
+            before = self._written.get("phase") or "Pending"
+            patched = await self._view.patch_status(patch)
+            self._status = self._written = dict(patched.get("status") or new)
             after = self._status.get("phase") or "Pending"
             if after != before and self._on_phase is not None:
                 self._on_phase(phase_event(before, after, self._status.get("message")))
         if spent is not None and was_running:
             raise BudgetExceededStop(spent)
+
+    async def write_planned(self) -> None:
+        """Write the planned status if no save did (the driver stopped before writing)."""
+        if self._planned is None:
+            return
+        if not self._written:
+            body = await self._view.read()
+            self._written = dict((body or {}).get("status") or {})
+        patch = merge_patch(self._written, self._planned)
+        self._planned = None
+        if patch:
+            self._status = self._written = dict(
+                (await self._view.patch_status(patch)).get("status") or {}
+            )
 
 
 def phase_event(before: str, after: str, message: str | None) -> PlannedEvent:

@@ -50,9 +50,7 @@ def _token(request: Request) -> str | None:
 
 async def _form(request: Request) -> dict[str, str]:
     """An urlencoded form's fields (the pages post nothing else; no multipart parser needed)."""
-    if not request.headers.get("content-type", "").startswith(
-        "application/x-www-form-urlencoded"
-    ):
+    if not request.headers.get("content-type", "").startswith("application/x-www-form-urlencoded"):
         raise Refused(400, "bad_request", "expected an urlencoded form")
     text = (await request.body()).decode("utf-8", errors="replace")
     return {k: v[0] for k, v in parse_qs(text, max_num_fields=16).items()}

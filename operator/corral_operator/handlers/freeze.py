@@ -25,10 +25,12 @@ from ._common import now, plain, runtime
 @kopf.on.event(GROUP, VERSION, "freezes")
 async def freeze_event(**kw: Any) -> None:
     rt, namespace = runtime(kw["memo"]), kw["namespace"]
-    rt.wake_namespace(namespace)
-    if kw["type"] == "DELETED":
-        return
+    gone = kw["type"] == "DELETED"
     body = plain(kw["body"])
+    rt.freezes.saw(namespace, kw["name"], None if gone else body)
+    rt.wake_namespace(namespace)
+    if gone:
+        return
     plan = plan_freeze(body, now_text(now()))
     if not plan.changed:
         return

@@ -1,4 +1,10 @@
-"""Session: a daemon per Session runs its loop; a deletion aborts the turn in flight first."""
+"""Session: a daemon per Session runs its loop; a deletion aborts the turn in flight first.
+
+The abort happens as the daemon stops (kopf holds a daemon's resource by its finalizer until
+the daemon has exited), not in a deletion handler: a change handler would make kopf keep a
+diff-base annotation on every Session and compute its essence on every event, a write and
+much of the operator's CPU per Session at 1,000 Sessions (docs/performance.md).
+"""
 
 from __future__ import annotations
 
@@ -14,17 +20,17 @@ from ..runtime import post_event
 from ..sessionloop import SessionLoop, abort_turn
 from ._common import plain, runtime
 
+DELETED = kopf.DaemonStoppingReason.RESOURCE_DELETED
+
 
 @kopf.daemon(GROUP, VERSION, "sessions", cancellation_timeout=10.0)
 async def session_daemon(**kw: Any) -> None:
-    await SessionLoop(runtime(kw["memo"]), kw["namespace"], kw["name"]).run(kw["stopped"])
-
-
-@kopf.on.delete(GROUP, VERSION, "sessions")
-async def session_deleted(**kw: Any) -> None:
-    body = plain(kw["body"])
-    if await abort_turn(runtime(kw["memo"]), body):
-        post_event(body, PlannedEvent("Normal", "TurnAborted", "aborted before deletion"))
+    loop = SessionLoop(runtime(kw["memo"]), kw["namespace"], kw["name"], live=kw["body"])
+    await loop.run(kw["stopped"])
+    if kw["stopped"].reason is not None and kw["stopped"].reason & DELETED:
+        body = plain(kw["body"])
+        if await abort_turn(runtime(kw["memo"]), await loop.last_known() or body):
+            post_event(body, PlannedEvent("Normal", "TurnAborted", "aborted before deletion"))
 
 
 @kopf.on.event(
@@ -36,9 +42,11 @@ async def session_deleted(**kw: Any) -> None:
 async def sandbox_pod_changed(**kw: Any) -> None:
     # async: a plain def would cost a thread-pool hop per pod event.
     rt = runtime(kw["memo"])
-    if kw["namespace"]:
-        gone = kw["type"] == "DELETED"
-        rt.pods.saw(kw["namespace"], kw["name"], None if gone else plain(kw["body"]))
+    if not kw["namespace"]:
+        return
+    gone = kw["type"] == "DELETED"
+    changed = rt.pods.saw(kw["namespace"], kw["name"], None if gone else plain(kw["body"]))
     session = kw["labels"].get(naming.LABEL_SESSION)
-    if session and kw["namespace"]:
+    # Only a change a pass reads wakes the Session (a binding or a new node name does not).
+    if session and changed:
         rt.wake(kw["namespace"], session)

@@ -161,6 +161,9 @@ def _final_reason(status: SessionStatus) -> str:
     return R.FAILED
 
 
+STARTING_MESSAGE = "waiting for the harness to be ready"
+
+
 def session_conditions(
     status: SessionStatus,
     sandbox: SandboxState,
@@ -405,9 +408,11 @@ def plan_session(
             if session.spec.parent_ref is not None:
                 text += " (the parent session's remainder)"
             return result(_finish(old, "Failed", text, stamp), "released", R.BUDGET_EXCEEDED)
-        created = old.model_copy(update={"pod_name": pod_name, "message": "creating the sandbox"})
+        # Written once the pod is created (a refusal rewrites it): the status the passes that
+        # see the pod starting compute too, so they write nothing (one write per Session less).
+        created = old.model_copy(update={"pod_name": pod_name, "message": STARTING_MESSAGE})
         events.append(PlannedEvent("Normal", "SandboxCreating", f"creating pod {pod_name}"))
-        return result(created, "absent", R.CREATING_SANDBOX, create_sandbox=True, lineage=lineage)
+        return result(created, "starting", R.CREATING_SANDBOX, create_sandbox=True, lineage=lineage)
 
     assert pod is not None
     status = old.model_copy(update={"pod_name": pod["metadata"].get("name", pod_name)})
@@ -454,9 +459,11 @@ def plan_session(
         if status.ledger is None and status.turns >= lineage.max_turns:
             return out_of_turns()  # the next admission would be one turn too many
         return result(status, "ready", harness_url=url, lineage=lineage, pod_ip=ip)
+    creating: str | None = None
     if status.phase == "Pending":
-        status = status.model_copy(update={"message": "waiting for the harness to be ready"})
-    return result(status, "starting", requeue_after=STARTING_RECHECK, lineage=lineage)
+        status = status.model_copy(update={"message": STARTING_MESSAGE})
+        creating = R.CREATING_SANDBOX
+    return result(status, "starting", creating, requeue_after=STARTING_RECHECK, lineage=lineage)
 
 
 def wake_wait(status: SessionStatus, session: Session, now: datetime) -> float | SessionStatus:

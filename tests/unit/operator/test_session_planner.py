@@ -79,10 +79,19 @@ def test_new_session_creates_its_sandbox() -> None:
     assert plan.create_sandbox and not plan.drive
     assert plan.status["podName"] == "corral-fix-bug"
     assert plan.status["phase"] == "Pending"
-    assert _cond(plan.status, "Ready")["reason"] == "SandboxPending"
-    assert _cond(plan.status, "Progressing")["status"] == "True"
+    # The status as it stands once the pod is created (the apply writes it after creating).
+    assert _cond(plan.status, "Ready")["reason"] == "SandboxStarting"
+    assert _cond(plan.status, "Progressing")["reason"] == "CreatingSandbox"
     assert plan.status_changed
     assert [e.reason for e in plan.events] == ["SandboxCreating"]
+
+
+def test_the_pass_that_sees_the_pod_starting_writes_nothing_new() -> None:
+    created = plan_session(_session(), _agent(), None, SETTINGS, NOW)
+    body = _session()
+    body["status"] = created.status
+    seen = plan_session(body, _agent(), _pod(False), SETTINGS, NOW)
+    assert not seen.status_changed and not seen.events
 
 
 def test_ready_pod_lets_the_driver_run_at_the_pod_ip() -> None:

@@ -199,3 +199,36 @@ def test_patches_stay_minimal() -> None:
     _run(go())
     assert len(kube.patches) == 1
     assert merge_patch(kube.body["status"], kube.body["status"]) == {}
+
+
+def test_the_planned_status_goes_out_with_the_first_save() -> None:
+    """A pass about to drive leaves its status (the harness is ready) to the store: the first
+    save writes it together with the driver's own change, in one patch."""
+    kube = FakeKube({"phase": "Pending", "message": "waiting"})
+    planned = {"phase": "Pending", "message": "the harness is ready", "podName": "p"}
+    store = SessionStatusStore(kube, "ns", "s", planned=planned)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        state = await store.load()
+        assert state.phase == "Pending"
+        state.phase = "Running"
+        await store.save(state)
+        await store.write_planned()  # nothing left: the save carried it
+
+    asyncio.run(scenario())
+    assert len(kube.patches) == 1, kube.patches
+    assert kube.body["status"]["podName"] == "p" and kube.body["status"]["phase"] == "Running"
+
+
+def test_the_planned_status_is_written_when_the_driver_saved_nothing() -> None:
+    kube = FakeKube({"phase": "Pending", "message": "waiting"})
+    planned = {"phase": "Pending", "message": "the harness is ready"}
+    store = SessionStatusStore(kube, "ns", "s", planned=planned)  # type: ignore[arg-type]
+
+    async def scenario() -> None:
+        await store.load()
+        await store.write_planned()
+        await store.write_planned()  # once
+
+    asyncio.run(scenario())
+    assert kube.patches == [{"message": "the harness is ready"}]

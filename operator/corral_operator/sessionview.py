@@ -1,0 +1,77 @@
+"""A Session as its loop last knew it, without a GET per pass.
+
+kopf hands a daemon the Session's live body: replaced by every watch event. That body may lag
+the loop's own writes (the watch has not delivered them yet), and planning from it would then
+repeat a transition (its Events, its writes). So the view keeps the body the API server
+returned for the loop's last read or write, and the resourceVersions those carried:
+
+- the live body carries one of those versions: nobody else wrote since; the kept body is at
+  least as new, and is used;
+- the live body carries another version: someone else (a person, kopf's own bookkeeping, the
+  custodian) wrote; the Session is read from the API server, since the live body may still
+  miss the loop's own last write;
+- nothing kept yet (the loop's first pass): the live body is used as the watch delivered it.
+
+Only equality of resourceVersions is used, never their order (the API's rule).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from typing import Any, cast
+
+from .diffbase import json_copy
+from .kube import Kube
+
+# Versions of the loop's own reads and writes kept for comparison: a watch lags by a few.
+_KEPT_VERSIONS = 16
+
+
+def _version(body: Mapping[str, Any] | None) -> str:
+    md = (body or {}).get("metadata") or {}
+    return str(md.get("resourceVersion") or "")
+
+
+class SessionView:
+    def __init__(self, kube: Kube, path: str, live: Mapping[str, Any] | None = None) -> None:
+        self._kube = kube
+        self._path = path
+        self._live = live
+        self._known: dict[str, Any] | None = None
+        self._own: deque[str] = deque(maxlen=_KEPT_VERSIONS)
+        self.reads_from_server = 0  # for tests and the bench's accounting
+
+    def _copy(self) -> dict[str, Any]:
+        return cast(dict[str, Any], json_copy(self._known))
+
+    def _keep(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        # managedFields are most of a Session's metadata and nothing a pass reads.
+        metadata = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+        self._known = json_copy({**body, "metadata": metadata})
+        version = _version(body)
+        if version:
+            self._own.append(version)
+        return self._copy()  # the caller's to change
+
+    async def read(self) -> dict[str, Any] | None:
+        """The Session, newest of what the loop wrote and what the watch delivered; None once
+        it is gone."""
+        live_version = _version(self._live)
+        if self._known is not None and live_version in self._own:
+            return self._copy()
+        if self._known is None and self._live is not None and live_version:
+            return self._keep(self._live)
+        self.reads_from_server += 1
+        body = await self._kube.get(self._path)
+        if body is None:
+            self._known = None
+            return None
+        return self._keep(body)
+
+    async def patch_status(self, patch: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch the status; the answer (the whole Session) becomes the kept body."""
+        patched = await self._kube.patch_status(self._path, patch)
+        if patched.get("metadata"):
+            self._keep(patched)
+        return patched
