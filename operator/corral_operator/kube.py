@@ -95,7 +95,11 @@ class Kube:
         body: Any = None,
         query: list[tuple[str, str]] | None = None,
         content_type: str = "application/json",
+        answer: bool = True,
     ) -> Any:
+        """One call; the answer parsed as JSON, or not parsed at all when not `answer` (a
+        created pod's answer is some 10 kB the caller never reads)."""
+        types = {200: "object", 201: "object", 202: "object"} if answer else {}
         try:
             result = await self.api.call_api(
                 path,
@@ -103,7 +107,7 @@ class Kube:
                 query_params=query or [],
                 header_params={"Accept": "application/json", "Content-Type": content_type},
                 body=body,
-                response_types_map={200: "object", 201: "object", 202: "object"},
+                response_types_map=types,
                 auth_settings=["BearerToken"],
                 _return_http_data_only=True,
             )
@@ -130,7 +134,7 @@ class Kube:
         md = manifest["metadata"]
         path = collection_path(manifest["apiVersion"], manifest["kind"], md["namespace"])
         try:
-            await self.request("POST", path, body=manifest)
+            await self.request("POST", path, body=manifest, answer=False)
         except KubeError as err:
             if err.status == 409:
                 return False
@@ -141,7 +145,7 @@ class Kube:
         """Delete; False when it was gone already."""
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
         try:
-            await self.request("DELETE", path, body=body)
+            await self.request("DELETE", path, body=body, answer=False)
         except KubeError as err:
             if err.status == 404:
                 return False

@@ -172,7 +172,7 @@ def test_dev_cluster_up_runs_the_example_session_and_down_stops_everything(
             "Phase:                Succeeded",
             "EvaluationPassed",  # a condition's reason and an event
             "TurnAdmitted",
-            "SessionFinished",
+            "PhaseSucceeded",
             "`python3 -m unittest -q` passed (exit 0)",
         ):
             assert shown in described, f"{shown!r} not in:\n{described}"

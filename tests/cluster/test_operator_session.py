@@ -51,7 +51,7 @@ def test_a_session_applied_with_kubectl_runs_to_succeeded(
     assert _condition(status, "Progressing")["status"] == "False"
     assert len(scripted_model.requests(name)) == 1
     reasons = _reasons(operator, name)
-    for wanted in ("SandboxCreating", "TurnAdmitted", "TurnSettled", "SessionFinished"):
+    for wanted in ("SandboxCreating", "TurnAdmitted", "TurnSettled", "PhaseSucceeded"):
         assert wanted in reasons, reasons
     # The session is over: its pod goes (keepSandbox is false).
     wait_for("the sandbox pod to go", lambda: operator.get("pod", f"corral-{name}") is None)

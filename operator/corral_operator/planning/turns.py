@@ -101,11 +101,6 @@ def event_for(event: dict[str, Any]) -> PlannedEvent | None:
             "EvaluationPassed" if evaluation.get("passed") else "EvaluationFailed",
             _clip(f"{text}; evaluation {verdict}: {evaluation.get('summary', '')}"),
         )
-    if kind == "finished":
-        phase = event.get("phase")
-        return PlannedEvent(
-            "Warning" if phase == "Failed" else "Normal",
-            "SessionFinished",
-            _clip(f"{phase}: {event.get('message', '')}"),
-        )
+    # "finished" has no Event of its own: the phase it ends in is `Phase<Phase>`'s, written
+    # with the same message when the store saves it (one Event per Session less).
     return None
