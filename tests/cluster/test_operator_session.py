@@ -175,7 +175,7 @@ def test_a_deleted_session_takes_its_pod_and_secret_with_it(
 
     started = time.monotonic()
     operator.cp.kubectl("delete", "session", name, "-n", operator.namespace, "--timeout=60s")
-    # The finalizer aborted the turn in flight before the Session went.
+    # The daemon, stopping for the deletion, aborted the turn in flight before the Session went.
     wait_for("the abort event", lambda: "TurnAborted" in _reasons(operator, name))
     assert ledger["submissionId"]
     owned = [

@@ -23,7 +23,9 @@ from ._common import plain, runtime
 DELETED = kopf.DaemonStoppingReason.RESOURCE_DELETED
 
 
-@kopf.daemon(GROUP, VERSION, "sessions", cancellation_timeout=10.0)
+# The stop flag first, cancellation only after 10 s: the loop stops at the flag, then aborts
+# the turn in flight if the Session is being deleted (kopf would otherwise cancel at once).
+@kopf.daemon(GROUP, VERSION, "sessions", cancellation_backoff=10.0, cancellation_timeout=10.0)
 async def session_daemon(**kw: Any) -> None:
     loop = SessionLoop(runtime(kw["memo"]), kw["namespace"], kw["name"], live=kw["body"])
     await loop.run(kw["stopped"])
