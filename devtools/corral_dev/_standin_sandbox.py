@@ -488,7 +488,35 @@ def api_client(kubeconfig: Path) -> httpx.AsyncClient:
     cluster, user = cfg["clusters"][0]["cluster"], cfg["users"][0]["user"]
     tls = ssl.create_default_context(cafile=cluster["certificate-authority"])
     tls.load_cert_chain(user["client-certificate"], user["client-key"])
-    return httpx.AsyncClient(base_url=cluster["server"], verify=tls, timeout=30)
+    limits = httpx.Limits(max_connections=API_CONCURRENCY + 4, max_keepalive_connections=None)
+    transport = _OneAtATimeBeyond(httpx.AsyncHTTPTransport(verify=tls, limits=limits))
+    return httpx.AsyncClient(base_url=cluster["server"], transport=transport, timeout=30)
+
+
+# At most this many API calls in flight (a watch is not counted). 1,000 pods starting at once
+# queued hundreds of calls in httpx's pool, which matches each queued call against every
+# connection on every change: that scan was most of the stand-in's CPU, and keep-alive limits
+# below the concurrency made it open a TLS connection per call.
+API_CONCURRENCY = 32
+
+
+class _OneAtATimeBeyond(httpx.AsyncBaseTransport):
+    """A transport that admits API_CONCURRENCY calls at a time; the rest wait here, cheaply."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
+        self._inner = inner
+        self._slots = asyncio.Semaphore(API_CONCURRENCY)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.params.get("watch"):
+            return await self._inner.handle_async_request(request)
+        async with self._slots:
+            response = await self._inner.handle_async_request(request)
+            await response.aread()  # the slot is the whole call, body included
+            return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 async def serve(kubeconfig: Path, namespace: str, turn_seconds: float) -> None:
