@@ -25,9 +25,10 @@ Part B (`--local-node`, default 50): real sandbox pods on the local node (harnes
 custodian processes per pod, the scripted model behind the custodian), all applied at once.
 
 Targets (part A): all admitted within 120 s, operator RSS under 400 MB, p99 apply -> pod under
-2 s. Each prints PASS or MISS; the exit status is non-zero on a MISS only with `--strict`.
+2 s. Each prints PASS or MISS; a MISS makes the exit status 1 (so `make bench` lists it at
+the end) unless `--lenient`.
 
-Run: `.venv/bin/python bench/operator_bench.py [--burst 1000] [--local-node 50] [--strict]`.
+Run: `.venv/bin/python bench/operator_bench.py [--burst 1000] [--local-node 50] [--lenient]`.
 """
 
 from __future__ import annotations
@@ -566,7 +567,9 @@ def main() -> int:
         "--local-node", type=int, default=50, help="Sessions on real local pods (0: skip)"
     )
     parser.add_argument("--turn-seconds", type=float, default=0.5, help="a stand-in turn's length")
-    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    parser.add_argument(
+        "--lenient", action="store_true", help="exit 0 even when a target is missed"
+    )
     args = parser.parse_args()
     WORK.mkdir(parents=True, exist_ok=True)
     state = Path(tempfile.mkdtemp(prefix="cp-", dir=WORK))
@@ -598,7 +601,7 @@ def main() -> int:
             node = part_local_node(plane, api, audit, model_url, args.local_node)
             print(f"== B: {args.local_node} Sessions at once, real operator, real local-node pods")
             print(json.dumps(node, indent=2), flush=True)
-        return 1 if (missed and args.strict) else 0
+        return 1 if (missed and not args.lenient) else 0
     finally:
         if model is not None:
             model.terminate()
