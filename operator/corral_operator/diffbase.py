@@ -1,7 +1,7 @@
 """kopf's diff-base and progress storage, built without copying what they throw away.
 
-kopf computes an object's "essence" on every watch event of a kind with change handlers (a
-Session has one: its deletion handler): everything but apiVersion, kind, status and metadata
+kopf computes an object's "essence" on every watch event of every kind it handles:
+everything but apiVersion, kind, status and metadata
 other than labels and annotations. Its stock `build` deep-copies the whole body first and then
 drops those parts; a Session's status and managedFields are most of its body, and at 1,000
 Sessions that copy was the largest item in the operator's profile (docs/performance.md,

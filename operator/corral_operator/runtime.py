@@ -186,9 +186,9 @@ class Runtime:
     drivers: dict[tuple[str, str], Any] = field(default_factory=dict)
     wire_transport: SharedTransport = field(default_factory=SharedTransport)
     freezes: FreezeCache = field(default_factory=FreezeCache)
-    # Wire tokens this process wrote into Sessions' Secrets, by (namespace, name, uid): read
-    # back from the Secret only by an operator that did not write it (after a restart).
-    wire_tokens: dict[tuple[str, str, str], str] = field(default_factory=dict)
+    # Wire tokens this process wrote into Sessions' Secrets, by (namespace, name): (uid, token).
+    # Read back from the Secret only by an operator that did not write it (after a restart).
+    wire_tokens: dict[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
     # The Prometheus series the handlers feed (docs/observability.md).
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     # Where finished Sessions are archived before their pods go (docs/history.md); None: off.
@@ -203,8 +203,7 @@ class Runtime:
 
     def forget(self, namespace: str, session: str) -> None:
         self._wakeups.pop((namespace, naming.label_value(session)), None)
-        for key in [k for k in self.wire_tokens if k[:2] == (namespace, session)]:
-            del self.wire_tokens[key]
+        self.wire_tokens.pop((namespace, session), None)
 
     def wake(self, namespace: str, session_label: str) -> None:
         event = self._wakeups.get((namespace, session_label))

@@ -86,12 +86,13 @@ async def read_wire_token(
     namespace: str,
     session: str,
     uid: str,
-    written: dict[tuple[str, str, str], str] | None = None,
+    written: dict[tuple[str, str], tuple[str, str]] | None = None,
 ) -> str:
     """The Session's wire token: the one this process wrote into its Secret (`written`), else
     read from its own Secret only: one it does not control is refused."""
-    if written is not None and (namespace, session, uid) in written:
-        return written[(namespace, session, uid)]
+    kept_uid, token = (written or {}).get((namespace, session), ("", ""))
+    if token and kept_uid == uid:
+        return token
     path = object_path("v1", "Secret", namespace, naming.wire_secret_name(session))
     secret = await kube.get(path)
     if secret is None:
@@ -289,7 +290,7 @@ class SessionLoop:
         if not final:
             parents, ancestor_agents = await self._ancestors(body)
             self._chain = [body, *parents]
-            if pod is None and (self._look_up_existing or status.get("conditions")):
+            if pod is None and not unplanned:
                 # A Session past its first pass may have left objects behind (a restart, an
                 # earlier Session of this name); a new one creates, and looks only on a 409.
                 existing, frozen_by = await asyncio.gather(self._existing(), self._frozen_by())
@@ -371,8 +372,8 @@ class SessionLoop:
         return parents, agents
 
     async def _frozen_by(self) -> FrozenBy | None:
-        """The Freeze that holds this Session now, read from the API server (never a cache: a
-        freeze must not be missed because the operator started a moment ago)."""
+        """The Freeze that holds this Session now, from the namespace's Freeze cache (its first
+        read lists them from the API server, so a freeze is not missed at start-up)."""
         freezes = await self._rt.freezes.freezes(self._kube, self._ns)
         return covering_freeze(self._chain, freezes)
 
@@ -484,7 +485,7 @@ class SessionLoop:
             self._create_ours(manifests.network_policy, uid),
         )
         if secret_created:
-            self._rt.wire_tokens[(self._ns, self._name, uid)] = wire_token
+            self._rt.wire_tokens[(self._ns, self._name)] = (uid, wire_token)
         adopted = await pool.adopt_pooled_pod(
             self._rt, the_agent, session, wire_token, credential, lineage.budget
         )

@@ -40,34 +40,31 @@ class SessionView:
         self._live = live
         self._known: dict[str, Any] | None = None
         self._own: deque[str] = deque(maxlen=_KEPT_VERSIONS)
-        self.reads_from_server = 0  # for tests and the bench's accounting
 
     def _copy(self) -> dict[str, Any]:
         return cast(dict[str, Any], json_copy(self._known))
 
-    def _keep(self, body: Mapping[str, Any]) -> dict[str, Any]:
+    def _keep(self, body: Mapping[str, Any]) -> None:
         # managedFields are most of a Session's metadata and nothing a pass reads.
         metadata = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
         self._known = json_copy({**body, "metadata": metadata})
         version = _version(body)
         if version:
             self._own.append(version)
-        return self._copy()  # the caller's to change
 
     async def read(self) -> dict[str, Any] | None:
         """The Session, newest of what the loop wrote and what the watch delivered; None once
         it is gone."""
         live_version = _version(self._live)
-        if self._known is not None and live_version in self._own:
-            return self._copy()
         if self._known is None and self._live is not None and live_version:
-            return self._keep(self._live)
-        self.reads_from_server += 1
-        body = await self._kube.get(self._path)
-        if body is None:
-            self._known = None
-            return None
-        return self._keep(body)
+            self._keep(self._live)
+        elif self._known is None or live_version not in self._own:
+            body = await self._kube.get(self._path)
+            if body is None:
+                self._known = None
+                return None
+            self._keep(body)
+        return self._copy()  # the caller's to change
 
     async def patch_status(self, patch: dict[str, Any]) -> dict[str, Any]:
         """Merge-patch the status; the answer (the whole Session) becomes the kept body."""
