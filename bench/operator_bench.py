@@ -194,15 +194,17 @@ class ProcessMeter:
 
 
 def start_operator(
-    plane: controlplane.ControlPlane, ns: str, model_url: str, log: Path
+    plane: controlplane.ControlPlane, ns: str, model_url: str, log: Path, metrics_port: int
 ) -> subprocess.Popen[bytes]:
-    """The operator as the cluster tests start it: the chart's RBAC, its own identity."""
+    """The operator as the cluster tests start it: the chart's RBAC, its own identity; its
+    metrics served on `metrics_port` (the bench reads the collector's pauses there)."""
     stack.install_rbac(plane, f"corral-{ns}", ns)
     kubeconfig = stack.identity_kubeconfig(plane, stack.OPERATOR_NAMESPACE, stack.OPERATOR_SA)
     health = controlplane.free_port()
     args = stack.operator_args(
         plane, kubeconfig=kubeconfig, namespaces=[ns], health_port=health, model_url=model_url
     )
+    args += ["--metrics-addr", f"127.0.0.1:{metrics_port}"]
     profile = os.environ.get("CORRAL_BENCH_PROFILE_OPERATOR")
     if profile:  # cProfile of the operator's main thread (its event loop), written at exit
         binary = stack.VENV_BIN / "corral-operator"
@@ -249,6 +251,23 @@ class AuditCounter:
 
 
 # ---------------------------------------------------------------------------- helpers
+
+
+def collector_pauses(metrics_url: str) -> dict[str, float]:
+    """The operator's garbage-collector pauses since it started, from its /metrics."""
+    total = longest = collections = 0.0
+    for line in httpx.get(metrics_url, timeout=10).text.splitlines():
+        if line.startswith("corral_gc_pause_seconds_total{"):
+            total += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("corral_gc_collections_total{"):
+            collections += float(line.rsplit(" ", 1)[1])
+        elif line.startswith("corral_gc_longest_pause_seconds "):
+            longest = float(line.rsplit(" ", 1)[1])
+    return {
+        "operator_gc_pause_s": round(total, 2),
+        "operator_gc_collections": int(collections),
+        "operator_gc_longest_pause_ms": round(longest * 1000, 1),
+    }
 
 
 def wait(what: str, probe: Any, timeout: float) -> bool:
@@ -334,6 +353,7 @@ class Burst:
     timeout: float
     # Other processes whose CPU seconds the figures report (the stand-in sandbox).
     side_processes: dict[str, ProcessMeter] = field(default_factory=dict)
+    metrics_url: str = ""  # the operator's /metrics
 
     def run(self, operator: subprocess.Popen[bytes], repo: Path, prefix: str) -> dict[str, Any]:
         clock, stop = Clock(), threading.Event()
@@ -378,6 +398,7 @@ class Burst:
                 other.read()
             requests = self.audit_count_settled()
             waits = self.api.queue_waits()
+            pauses = collector_pauses(self.metrics_url)
         finally:
             stop.set()
         figures = self._figures(clock, meter, requests, t0, kubectl_s, admitted_at, done)
@@ -394,6 +415,8 @@ class Burst:
             name: round(other.cpu_s - cpu_before[name], 1) for name, other in others.items()
         } | {"kubectl": round(kubectl_cpu, 1)}
         figures["cores_used_per_10s"] = timeline
+        # The operator's garbage-collector pauses over the whole run (its event loop stops).
+        figures.update(pauses)
         figures["api_requests_by_user"] = {
             user.rsplit(":", 1)[-1]: count for user, count in self.audit.by_user.most_common(6)
         }
@@ -503,9 +526,11 @@ def part_standin(
     assert standin.stdout is not None
     if standin.stdout.readline().strip() != b"ready":
         raise SystemExit("bench: the stand-in sandbox did not start; see standin.log")
-    operator = start_operator(plane, ns, model_url, WORK / "operator-burst.log")
+    metrics_port = controlplane.free_port()
+    operator = start_operator(plane, ns, model_url, WORK / "operator-burst.log", metrics_port)
     try:
         burst = Burst(plane, api, audit, ns, n, timeout=max(180.0, n * 0.6))
+        burst.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         burst.side_processes["standin-sandbox"] = ProcessMeter(standin.pid)
         return burst.run(operator, WORK / "repo", "b")
     finally:
@@ -528,9 +553,11 @@ def part_local_node(
     node = stack.start_local_node(
         plane.kubeconfig, node_dir, "bench-node", WORK / "node.log", shares=(repo,)
     )
-    operator = start_operator(plane, ns, model_url, WORK / "operator-node.log")
+    metrics_port = controlplane.free_port()
+    operator = start_operator(plane, ns, model_url, WORK / "operator-node.log", metrics_port)
     try:
         burst = Burst(plane, api, audit, ns, n, timeout=900.0)
+        burst.metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
         return burst.run(operator, repo, "n")
     finally:
         operator.terminate()
@@ -606,6 +633,11 @@ def main() -> int:
         if model is not None:
             model.terminate()
         plane.stop()
+        # etcd's data and the audit log are some 250 MB a run; kept only when asked for.
+        if os.environ.get("CORRAL_BENCH_KEEP_STATE"):
+            print(f"bench: the control plane's state (audit log included) is in {state}")
+        else:
+            shutil.rmtree(state, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -131,15 +131,22 @@ class Kube:
 
     async def create(self, manifest: dict[str, Any]) -> bool:
         """Create `manifest`; False when it exists already (a restart re-creating it)."""
+        return await self._create(manifest, answer=False) is not None
+
+    async def create_object(self, manifest: dict[str, Any]) -> dict[str, Any] | None:
+        """Create `manifest` and return the object as created; None when it exists already."""
+        return await self._create(manifest, answer=True)
+
+    async def _create(self, manifest: dict[str, Any], *, answer: bool) -> dict[str, Any] | None:
         md = manifest["metadata"]
         path = collection_path(manifest["apiVersion"], manifest["kind"], md["namespace"])
         try:
-            await self.request("POST", path, body=manifest, answer=False)
+            created = await self.request("POST", path, body=manifest, answer=answer)
         except KubeError as err:
             if err.status == 409:
-                return False
+                return None
             raise
-        return True
+        return dict(created) if isinstance(created, dict) else {}
 
     async def delete(self, path: str, *, propagation: str = "Background") -> bool:
         """Delete; False when it was gone already."""

@@ -14,7 +14,7 @@ import kopf
 
 from corral_common import logs
 
-from . import handlers
+from . import collector, handlers
 from .archive.configure import archive_store
 from .archive.server import start_archive_reader
 from .diffbase import LeanAnnotationsDiffBaseStorage, LeanAnnotationsProgressStorage
@@ -343,6 +343,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             # Its own store object: the console runs on its own thread (docs/console.md).
             archive=archive_store(_SETTINGS),
         )
+    collector.tune()  # after every import, before the first watch (ADR 0090)
     kopf.run(
         standalone=True,
         clusterwide=args.all_namespaces,

@@ -20,10 +20,12 @@ from datetime import UTC, datetime
 from typing import Any, get_args
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from corral_api.kinds import SessionPhase, Usage
+
+from .collector import PAUSES
 
 PHASES: tuple[str, ...] = get_args(SessionPhase)
 # Reconcile passes take milliseconds; a pass that reads many children or Freezes, seconds.
@@ -76,6 +78,30 @@ class _StateCollector(Collector):
         for namespace, count in sorted(by_namespace.items()):
             pending.add_metric([namespace], count)
         yield pending
+        yield from _collector_pauses()
+
+
+def _collector_pauses() -> Iterator[Metric]:
+    """The garbage collector's pauses (collector.PAUSES): each one stops the event loop."""
+    seconds = CounterMetricFamily(
+        "corral_gc_pause_seconds",
+        "Time the operator was stopped by CPython's garbage collector, by generation.",
+        labels=["generation"],
+    )
+    for generation, total in enumerate(PAUSES.seconds):
+        seconds.add_metric([str(generation)], total)
+    yield seconds
+    collections = CounterMetricFamily(
+        "corral_gc_collections", "Collections by generation.", labels=["generation"]
+    )
+    for generation, count in enumerate(PAUSES.collections):
+        collections.add_metric([str(generation)], count)
+    yield collections
+    yield GaugeMetricFamily(
+        "corral_gc_longest_pause_seconds",
+        "The longest single collection since the operator started.",
+        value=PAUSES.longest,
+    )
 
 
 class OperatorMetrics:

@@ -492,14 +492,23 @@ class SessionLoop:
         if adopted is not None:
             self._rt.metrics.pods_started.labels(self._ns, "warm").inc()
             return adopted
-        if await self._create_ours(manifests.pod, uid):
+        if await self._create_ours(manifests.pod, uid, remember=True):
             self._rt.metrics.pods_started.labels(self._ns, "cold").inc()
         return None
 
-    async def _create_ours(self, manifest: dict[str, Any], uid: str) -> bool:
+    async def _create_ours(
+        self, manifest: dict[str, Any], uid: str, *, remember: bool = False
+    ) -> bool:
         """Create `manifest`: True when created, False when this Session's own is there
-        already (a restart); KubeError 409 when someone else's is in the way."""
-        if await self._kube.create(manifest):
+        already (a restart); KubeError 409 when someone else's is in the way. A `remember`ed
+        pod is kept as created, so its ADDED event changes nothing and wakes no pass (that
+        pass had nothing to do, and read the Session back while the watch lagged)."""
+        if remember:
+            created = await self._kube.create_object(manifest)
+            if created is not None:
+                self._rt.pods.saw(self._ns, manifest["metadata"]["name"], created)
+                return True
+        elif await self._kube.create(manifest):
             return True
         md = manifest["metadata"]
         path = object_path(manifest["apiVersion"], manifest["kind"], md["namespace"], md["name"])

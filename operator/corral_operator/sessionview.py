@@ -7,9 +7,13 @@ returned for the loop's last read or write, and the resourceVersions those carri
 
 - the live body carries one of those versions: nobody else wrote since; the kept body is at
   least as new, and is used;
-- the live body carries another version: someone else (a person, kopf's own bookkeeping, the
-  custodian) wrote; the Session is read from the API server, since the live body may still
-  miss the loop's own last write;
+- the live body carries another version but the status the loop last knew: someone else
+  wrote, though not the status (kopf's finalizer, a person's reply); the loop writes nothing
+  but the status, so the live body misses none of its writes, and is used (the commonest
+  case: kopf adds its finalizer while the first pass writes);
+- the live body carries another version and another status: someone else wrote (a person,
+  the custodian) and the live body may still miss the loop's own last write; the Session is
+  read from the API server;
 - nothing kept yet (the loop's first pass): the live body is used as the watch delivered it.
 
 Only equality of resourceVersions is used, never their order (the API's rule).
@@ -56,8 +60,12 @@ class SessionView:
         """The Session, newest of what the loop wrote and what the watch delivered; None once
         it is gone."""
         live_version = _version(self._live)
-        if self._known is None and self._live is not None and live_version:
-            self._keep(self._live)
+        live = self._live
+        if live is not None and live_version and (
+            self._known is None
+            or (live_version not in self._own and live.get("status") == self._known.get("status"))
+        ):
+            self._keep(live)
         elif self._known is None or live_version not in self._own:
             body = await self._kube.get(self._path)
             if body is None:

@@ -117,6 +117,28 @@ def test_someone_elses_write_is_read_from_the_server() -> None:
     assert server.gets == 1
 
 
+def test_a_write_that_leaves_the_status_alone_is_taken_from_the_watch() -> None:
+    server = ApiServer(_session("10"))
+    live = _session("10")
+    view = SessionView(cast(Any, server), PATH, live)
+
+    async def scenario() -> None:
+        await view.read()
+        await view.patch_status({"phase": "Running"})  # version 11, the view's own
+        # kopf adds its finalizer on top (version 12): the live body carries the view's
+        # status and a version the view never saw.
+        live["metadata"].update(resourceVersion="12", finalizers=["corral.dev/finalizer"])
+        live["status"] = {"phase": "Running"}
+        body = await view.read()
+        assert body is not None and body["metadata"]["finalizers"] == ["corral.dev/finalizer"]
+        assert body["status"]["phase"] == "Running"
+        # The same version again is the view's own now: still no GET.
+        assert (await view.read()) == body
+
+    asyncio.run(scenario())
+    assert server.gets == 0
+
+
 def test_a_freeze_list_is_read_once_then_kept_by_watch_events(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
