@@ -282,6 +282,11 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None
     )
     settings.persistence.finalizer = "corral.dev/finalizer"
     settings.posting.level = logging.WARNING  # our Events say what happened; kopf's are noise
+    # Events are for people and may trail what they describe: at most 8 are posted at once
+    # (each object's worker leaves its slot 0.1 s after its last Event), so in a burst the
+    # API server's time goes to Sessions' pods first (ADR 0090).
+    settings.posting.worker_limit = 8
+    settings.posting.idle_timeout = 0.1
     settings.watching.server_timeout = 300
     # No cluster-wide scanning of CRDs and namespaces: the kinds are known, the namespaces are
     # given, and the operator's RBAC grants neither (docs/decisions/0031).
