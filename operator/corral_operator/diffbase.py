@@ -33,13 +33,33 @@ def json_copy(value: Any) -> Any:
     return value
 
 
+def essence_needed(registry: kopf.OperatorRegistry) -> bool:
+    """Whether any handler reads kopf's diff of an object's essence: a change handler (create,
+    update, resume, delete, field) or a timer that idles until nothing changed. Daemons and
+    event handlers do not; kopf builds the essence of every event of every kind regardless."""
+    if registry._changing.get_all_handlers():
+        return True
+    return any(
+        getattr(handler, "idle", None) is not None
+        for handler in registry._spawning.get_all_handlers()
+    )
+
+
 class LeanAnnotationsDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
+    def __init__(self, *, needed: bool = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # False (no handler reads the diff, `essence_needed`): every event's essence is empty,
+        # a deep copy of each Session's and pod's spec saved at every watch event.
+        self.needed = needed
+
     def build(
         self,
         *,
         body: kopf.Body,
         extra_fields: Iterable[kopf.FieldSpec] | None = None,
     ) -> kopf.BodyEssence:
+        if not self.needed:
+            return cast(kopf.BodyEssence, {})
         if extra_fields or self.ignored_fields:
             # A field handler may watch a status field: let kopf copy all it might need.
             return super().build(body=body, extra_fields=extra_fields)

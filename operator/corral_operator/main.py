@@ -17,7 +17,11 @@ from corral_common import logs
 from . import collector, handlers
 from .archive.configure import archive_store
 from .archive.server import start_archive_reader
-from .diffbase import LeanAnnotationsDiffBaseStorage, LeanAnnotationsProgressStorage
+from .diffbase import (
+    LeanAnnotationsDiffBaseStorage,
+    LeanAnnotationsProgressStorage,
+    essence_needed,
+)
 from .kube import Kube
 from .metrics import parse_address
 from .runtime import Runtime
@@ -278,7 +282,9 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None
     # kopf keeps its own bookkeeping in annotations: the CRDs' status schemas are closed.
     settings.persistence.progress_storage = LeanAnnotationsProgressStorage(prefix="corral.dev")
     settings.persistence.diffbase_storage = LeanAnnotationsDiffBaseStorage(
-        prefix="corral.dev", key="last-handled-configuration"
+        prefix="corral.dev",
+        key="last-handled-configuration",
+        needed=essence_needed(kopf.get_default_registry()),
     )
     settings.persistence.finalizer = "corral.dev/finalizer"
     settings.posting.level = logging.WARNING  # our Events say what happened; kopf's are noise

@@ -6,7 +6,7 @@ from typing import Any, cast
 
 import kopf
 
-from corral_operator.diffbase import LeanAnnotationsDiffBaseStorage
+from corral_operator.diffbase import LeanAnnotationsDiffBaseStorage, essence_needed
 
 PREFIX, KEY = "corral.dev", "last-handled-configuration"
 
@@ -53,3 +53,26 @@ def test_a_field_handler_gets_the_stock_build() -> None:
     storage = LeanAnnotationsDiffBaseStorage(prefix=PREFIX, key=KEY)
     essence = storage.build(body=kopf.Body(raw), extra_fields=["status.phase"])
     assert essence["status"] == {"phase": "Running"}
+
+
+def test_no_essence_is_built_when_no_handler_reads_the_diff() -> None:
+    storage = LeanAnnotationsDiffBaseStorage(prefix=PREFIX, key=KEY, needed=False)
+    assert storage.build(body=kopf.Body(cast(kopf.RawBody, _session()))) == {}
+
+
+def test_the_operators_handlers_read_no_diff() -> None:
+    # Every handler the operator registers is a daemon or an event handler: kopf's diff of
+    # an object's essence is read by none, so none is built (main._startup).
+    from corral_operator import handlers  # noqa: F401  (registers every handler)
+
+    assert essence_needed(kopf.get_default_registry()) is False
+
+
+def test_a_change_handler_or_an_idling_timer_needs_the_essence() -> None:
+    registry = kopf.OperatorRegistry()
+    assert essence_needed(registry) is False
+    kopf.on.update("corral.dev", "v1alpha1", "sessions", registry=registry)(lambda **_: None)
+    assert essence_needed(registry) is True
+    timed = kopf.OperatorRegistry()
+    kopf.timer("corral.dev", "v1alpha1", "goals", idle=5.0, registry=timed)(lambda **_: None)
+    assert essence_needed(timed) is True
