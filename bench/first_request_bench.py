@@ -10,13 +10,14 @@ The turn must then settle `completed`, or the run fails.
 
 Median of `--runs` runs (default 7) idle, then again with one core busy (a spinning process
 pinned to CPU 0). Both are printed beside the 1.5 s target with PASS or MISS; the exit status is
-0 unless `--strict` is given and the idle median misses. `--engine sdk` measures the SDK adapter
+1 when the idle median misses (so `make bench` lists it among the missed targets), unless
+`--lenient` is given. `--engine sdk` measures the SDK adapter
 (CORRAL_ENGINE=sdk) instead of the harness's default; `--engine both` runs both, alternating.
 `--pod` adds the pod's path: a custodian started at the same instant as the harness, the model
 reached through it, the turn admitted once both answer /readyz (as the operator admits once the
 pod is Ready); it shows whether the custodian's start-up sits on the path.
 
-    python bench/first_request_bench.py [--runs 7] [--engine lean|sdk|both] [--pod] [--strict]
+    python bench/first_request_bench.py [--runs 7] [--engine lean|sdk|both] [--pod] [--lenient]
 """
 
 from __future__ import annotations
@@ -280,7 +281,7 @@ def main() -> None:
         "--pod", action="store_true", help="also the pod's path: custodian and harness together"
     )
     parser.add_argument(
-        "--strict", action="store_true", help="exit 1 when the idle median misses the target"
+        "--lenient", action="store_true", help="exit 0 even when the idle median misses"
     )
     args = parser.parse_args()
     choices: dict[str, list[str | None]] = {
@@ -331,7 +332,7 @@ def main() -> None:
         )
         if condition == "idle" and name in ("default", "lean"):  # the harness alone
             idle_ok = idle_ok and ok
-    if args.strict and not idle_ok:
+    if not idle_ok and not args.lenient:
         raise SystemExit(1)
 
 
