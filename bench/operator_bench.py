@@ -280,19 +280,26 @@ class AuditCounter:
 # ---------------------------------------------------------------------------- helpers
 
 
-def collector_pauses(metrics_url: str) -> dict[str, float]:
+def collector_pauses(metrics_url: str) -> dict[str, Any]:
     """The operator's garbage-collector pauses since it started, from its /metrics."""
-    total = longest = collections = 0.0
+    seconds: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    longest = 0.0
     for line in httpx.get(metrics_url, timeout=10).text.splitlines():
+        value = line.rsplit(" ", 1)[-1]
         if line.startswith("corral_gc_pause_seconds_total{"):
-            total += float(line.rsplit(" ", 1)[1])
+            seconds[line.split('generation="', 1)[1].split('"', 1)[0]] = float(value)
         elif line.startswith("corral_gc_collections_total{"):
-            collections += float(line.rsplit(" ", 1)[1])
+            counts[line.split('generation="', 1)[1].split('"', 1)[0]] = int(float(value))
         elif line.startswith("corral_gc_longest_pause_seconds "):
-            longest = float(line.rsplit(" ", 1)[1])
+            longest = float(value)
     return {
-        "operator_gc_pause_s": round(total, 2),
-        "operator_gc_collections": int(collections),
+        "operator_gc_pause_s": round(sum(seconds.values()), 2),
+        "operator_gc_collections": sum(counts.values()),
+        # generation: [collections, seconds]
+        "operator_gc_by_generation": {
+            gen: [counts.get(gen, 0), round(seconds[gen], 2)] for gen in sorted(seconds)
+        },
         "operator_gc_longest_pause_ms": round(longest * 1000, 1),
     }
 

@@ -570,6 +570,11 @@ class SessionLoop:
             on_phase=on_phase,
             view=self._view,
             planned=plan.status,  # what this pass planned and left to the store's first save
+            # The pass after the end deletes the pod at once unless the Session keeps it or
+            # its history is archived first: the end's write already says it is released.
+            sandbox_at_end=(
+                "kept" if session.spec.keep_sandbox or self._rt.archive is not None else "released"
+            ),
         )
         metrics = self._rt.metrics
         created = str(body["metadata"].get("creationTimestamp") or "")

@@ -25,7 +25,7 @@ from .kube import Kube, corral_path
 from .planning.delivery import DeliveryVerdict, judge_delivery, with_delivered
 from .planning.patch import merge_patch
 from .planning.reasons import BUDGET_EXCEEDED, DELIVERY_FAILED
-from .planning.session import EventType, PlannedEvent, now_text
+from .planning.session import EventType, PlannedEvent, SandboxState, now_text
 from .planning.turns import driver_state_from_status, status_with_driver_state
 from .sessionview import SessionView
 
@@ -67,8 +67,12 @@ class SessionStatusStore:
         on_phase: Callable[[PlannedEvent], None] | None = None,
         view: SessionView | None = None,
         planned: dict[str, Any] | None = None,
+        sandbox_at_end: SandboxState = "kept",
     ) -> None:
         self._kube = kube
+        # The sandbox as the session's last write says it (turns.status_with_driver_state):
+        # "released" saves the write the next pass would make before deleting the pod.
+        self._at_end: SandboxState = sandbox_at_end
         # Told of each phase change this store writes, once, after the write (an Event).
         self._on_phase = on_phase
         self._path = corral_path("Session", namespace, name)
@@ -165,6 +169,7 @@ class SessionStatusStore:
             generation=self._generation,
             usage=usage,
             reason=reason,
+            at_end=self._at_end,
         )
         if verdict is not None:
             new = _with_delivery(new, verdict, self._generation)

@@ -26,13 +26,16 @@ def status_with_driver_state(
     generation: int,
     usage: Usage | None = None,
     reason: str | None = None,
+    at_end: SandboxState = "kept",
 ) -> dict[str, Any]:
     """The Session status after the driver saved `state`: its fields over the old status.
 
     `usage` is the custodian's record when one was just read; the driver's own sum of what the
     harness reported never reaches the status (docs/decisions/0062), so without a fresh record
     the status keeps the last one. `reason` names why the session ended when the store, not the
-    driver, ended it (BudgetExceeded).
+    driver, ended it (BudgetExceeded). `at_end` is the sandbox once the session has ended:
+    "kept" until the planner's next pass releases it (or keeps it), or "released" when that
+    pass will delete the pod at once and write nothing (no archive first, no keepSandbox).
     """
     previous = SessionStatus.model_validate(old or {})
     merged = previous.model_copy(
@@ -60,7 +63,7 @@ def status_with_driver_state(
         }
     )
     if state.finished and sandbox == "ready":
-        sandbox = "kept"  # until the planner releases it on its next pass
+        sandbox = at_end
     return session_conditions(merged, sandbox, now=now, generation=generation, reason=reason).wire()
 
 

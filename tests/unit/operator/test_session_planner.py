@@ -324,3 +324,36 @@ def test_waiting_for_a_human_resumes_once_its_approvals_are_decided() -> None:
     decided = [_approval_for(SESSION_UID, "Denied"), _approval_for("someone-else", None)]
     go = plan_session(_session(waiting), _agent(), _pod(True), SETTINGS, NOW, [], decided)
     assert go.drive
+
+
+def test_the_end_written_as_released_leaves_the_release_pass_nothing_to_write() -> None:
+    """The driver's last save says the sandbox is released when the next pass will delete the
+    pod at once: that pass deletes it and writes nothing (one status write fewer a Session)."""
+    from corral_operator.driver import DriverState
+    from corral_operator.planning.patch import merge_patch
+    from corral_operator.planning.turns import status_with_driver_state
+
+    running = plan_session(
+        _session({"phase": "Running", "podName": "corral-fix-bug"}),
+        _agent(),
+        _pod(True),
+        SETTINGS,
+        NOW,
+    ).status
+    ended = DriverState(
+        phase="Succeeded", turns=1, message="done", finished_at="2026-11-29T11:59:00Z"
+    )
+    stamp = "2026-11-29T12:00:00Z"
+    for at_end, writes in (("released", 0), ("kept", 1)):
+        last = status_with_driver_state(
+            running,
+            ended,
+            "ready",
+            now=stamp,
+            generation=1,
+            at_end=at_end,  # type: ignore[arg-type]
+        )
+        plan = plan_session(_session(last), _agent(), _pod(True), SETTINGS, NOW)
+        assert plan.delete_pod
+        assert _cond(plan.status, "Ready")["reason"] == "SandboxReleased"
+        assert len([p for p in [merge_patch(last, plan.status)] if p]) == writes, at_end
