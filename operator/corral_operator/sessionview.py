@@ -10,7 +10,8 @@ returned for the loop's last read or write, and the resourceVersions those carri
 - the live body carries another version but the status the loop last knew: someone else
   wrote, though not the status (kopf's finalizer, a person's reply); the loop writes nothing
   but the status, so the live body misses none of its writes, and is used (the commonest
-  case: kopf adds its finalizer while the first pass writes);
+  case: kopf adds its finalizer while the first pass writes); its spec may lag one the loop
+  read from the server, as any watch's may, and the next pass sees the newer one;
 - the live body carries another version and another status: someone else wrote (a person,
   the custodian) and the live body may still miss the loop's own last write; the Session is
   read from the API server;
