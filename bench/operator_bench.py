@@ -106,6 +106,11 @@ class Clock:
                 self.pods_gone.add(session)
 
 
+def _label(line: str, name: str) -> str:
+    """A label's value in one line of Prometheus text (`series{name="value",...} 1`)."""
+    return line.split(f'{name}="', 1)[1].split('"', 1)[0]
+
+
 # A watch's objects as their metadata alone (PartialObjectMetadata).
 _METADATA_ONLY = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1"
 
@@ -177,7 +182,7 @@ class Api:
         for line in self.http.get("/metrics").text.splitlines():
             for suffix, slot in (("_sum{", 0), ("_count{", 1)):
                 if line.startswith(name + suffix) and 'execute="true"' in line:
-                    level = line.split('priority_level="', 1)[1].split('"', 1)[0]
+                    level = _label(line, "priority_level")
                     waits.setdefault(level, [0.0, 0.0])[slot] += float(line.rsplit(" ", 1)[1])
         return {level: (total, count) for level, (total, count) in waits.items()}
 
@@ -288,9 +293,9 @@ def collector_pauses(metrics_url: str) -> dict[str, Any]:
     for line in httpx.get(metrics_url, timeout=10).text.splitlines():
         value = line.rsplit(" ", 1)[-1]
         if line.startswith("corral_gc_pause_seconds_total{"):
-            seconds[line.split('generation="', 1)[1].split('"', 1)[0]] = float(value)
+            seconds[_label(line, "generation")] = float(value)
         elif line.startswith("corral_gc_collections_total{"):
-            counts[line.split('generation="', 1)[1].split('"', 1)[0]] = int(float(value))
+            counts[_label(line, "generation")] = int(float(value))
         elif line.startswith("corral_gc_longest_pause_seconds "):
             longest = float(value)
     return {

@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
-from corral_operator.planning.session import plan_session, pod_is_ready
+from corral_operator.driver import DriverState
+from corral_operator.planning.patch import merge_patch
+from corral_operator.planning.session import SandboxState, plan_session, pod_is_ready
+from corral_operator.planning.turns import status_with_driver_state
 from corral_operator.settings import OperatorSettings
 
 from ._fixtures import agent, session
@@ -329,10 +332,6 @@ def test_waiting_for_a_human_resumes_once_its_approvals_are_decided() -> None:
 def test_the_end_written_as_released_leaves_the_release_pass_nothing_to_write() -> None:
     """The driver's last save says the sandbox is released when the next pass will delete the
     pod at once: that pass deletes it and writes nothing (one status write fewer a Session)."""
-    from corral_operator.driver import DriverState
-    from corral_operator.planning.patch import merge_patch
-    from corral_operator.planning.turns import status_with_driver_state
-
     running = plan_session(
         _session({"phase": "Running", "podName": "corral-fix-bug"}),
         _agent(),
@@ -344,16 +343,12 @@ def test_the_end_written_as_released_leaves_the_release_pass_nothing_to_write() 
         phase="Succeeded", turns=1, message="done", finished_at="2026-11-29T11:59:00Z"
     )
     stamp = "2026-11-29T12:00:00Z"
-    for at_end, writes in (("released", 0), ("kept", 1)):
+    cases: tuple[tuple[SandboxState, bool], ...] = (("released", False), ("kept", True))
+    for at_end, pass_writes in cases:
         last = status_with_driver_state(
-            running,
-            ended,
-            "ready",
-            now=stamp,
-            generation=1,
-            at_end=at_end,  # type: ignore[arg-type]
+            running, ended, "ready", now=stamp, generation=1, at_end=at_end
         )
         plan = plan_session(_session(last), _agent(), _pod(True), SETTINGS, NOW)
         assert plan.delete_pod
         assert _cond(plan.status, "Ready")["reason"] == "SandboxReleased"
-        assert len([p for p in [merge_patch(last, plan.status)] if p]) == writes, at_end
+        assert bool(merge_patch(last, plan.status)) is pass_writes, at_end
