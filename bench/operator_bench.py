@@ -513,6 +513,13 @@ class Burst:
                 if s in clock.applied
             ]
             phases = collections.Counter(clock.phases.values())
+            times = os.environ.get("CORRAL_BENCH_TIMES")
+            if times:  # a line a Session: when applied (s after kubectl began), to pod, to turn
+                Path(times).write_text("".join(
+                    f"{clock.applied[s] - t0:.3f} {(clock.pod.get(s, 0) - clock.applied[s]):.3f} "
+                    f"{(clock.admitted.get(s, 0) - clock.applied[s]):.3f} {s}\n"
+                    for s in sorted(clock.applied, key=clock.applied.__getitem__)
+                ))  # fmt: skip
             last = max(clock.admitted.values(), default=admitted_at)
         total = sum(requests.values())
         return {

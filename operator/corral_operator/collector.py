@@ -11,17 +11,24 @@ operator's 49 CPU seconds, and a pause every Session in flight waited through (A
 Larger young generations let in-flight bodies die before a collection sees them, so little
 is promoted and full collections become rare; what the process imported before it serves is
 moved out of the collector's sight altogether (`gc.freeze`), since it lives as long as the
-process. Cycles are still collected, and there are many: kopf's `Body` keeps views of its
-metadata, spec and status that point back to it, so every watch event's decoded body is a
-cycle; the young collections free them.
+process.
+
+The young collections were still long (50 to 450 ms) because of one cycle: kopf's `Body`
+kept views of its metadata, spec and status that point back to it (and its `Meta` views of
+its labels and annotations), so every watch event's whole decoded body lived until a
+collection walked and freed it. `acyclic_kopf_bodies` makes those views on access instead, so
+reference counting frees an event's body when kopf is done with it (ADR 0091).
 """
 
 from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+from kopf._cogs.structs import bodies, dicts, patches
 
 # Allocations (net of frees) before a young collection; young collections before a middle
 # one; middle ones before a full one is considered (the interpreter also waits until the
@@ -62,3 +69,67 @@ def tune() -> None:
     gc.set_threshold(*THRESHOLDS)
     if PAUSES not in gc.callbacks:
         gc.callbacks.append(PAUSES)
+
+
+# kopf's classes that keep views of themselves, and which view each property returns.
+_WHOLE_VIEWS = {"meta": "_meta", "metadata": "_meta", "spec": "_spec", "status": "_status"}
+_META_VIEWS = {"labels": "_labels", "annotations": "_annotations"}
+_VIEWING: tuple[tuple[type, dict[str, str]], ...] = (
+    (bodies.Body, _WHOLE_VIEWS),
+    (bodies.Meta, _META_VIEWS),
+    (patches.Patch, _WHOLE_VIEWS),
+    (patches.MetaPatch, _META_VIEWS),
+)
+_made_acyclic: set[type] = set()
+
+
+def acyclic_kopf_bodies() -> bool:
+    """Make kopf's bodies and patches build their views when asked, not keep them; False (and
+    nothing changed) when kopf's classes are not of the shape this knows.
+
+    A kept view points back to what it views, so each `Body` (and each `Patch`, which keeps
+    the event's body as its original) was a reference cycle, and with it the event's whole
+    decoded JSON waited for the collector. A view is a path over its source, so a new one per
+    access reads and writes the same values (a daemon's live body included, whose source kopf
+    replaces); building one costs a few hundred nanoseconds. kopf's own `__init__` still runs;
+    the kept views are dropped after it."""
+    if len(_made_acyclic) == len(_VIEWING):
+        return True
+    body = bodies.Body({"metadata": {}})
+    patch = patches.Patch(body=body)
+    probes: dict[type, Any] = {
+        bodies.Body: body,
+        bodies.Meta: body.meta,
+        patches.Patch: patch,
+        patches.MetaPatch: patch.meta,
+    }
+    for cls, views in _VIEWING:
+        for prop, attr in views.items():
+            if not isinstance(cls.__dict__.get(prop), property) or attr not in vars(probes[cls]):
+                return False
+    for cls, views in _VIEWING:
+        for prop, attr in views.items():
+            setattr(cls, prop, property(_view_maker(vars(probes[cls])[attr])))
+        cls.__init__ = _dropping(cls.__init__, frozenset(views.values()))  # type: ignore[misc]
+        _made_acyclic.add(cls)
+    return True
+
+
+def _dropping(init: Callable[..., None], attrs: frozenset[str]) -> Callable[..., None]:
+    """kopf's `__init__`, then the kept views dropped."""
+
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        for attr in attrs:
+            self.__dict__.pop(attr, None)
+
+    return __init__
+
+
+def _view_maker(kept: Any) -> Callable[[Any], Any]:
+    """What makes, for an instance, a view like `kept` (one kopf's `__init__` kept): the same
+    class, over the same path when it is a plain view."""
+    view_cls, path = type(kept), kept._path
+    if view_cls in (dicts.MappingView, dicts.MutableMappingView):
+        return lambda self: view_cls(self, path)
+    return lambda self: view_cls(self)

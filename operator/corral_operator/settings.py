@@ -108,6 +108,8 @@ class OperatorSettings:
     volume_sizes: VolumeSizes = field(default_factory=VolumeSizes)
     # Long-poll window for one wait call on the wire, in seconds.
     wire_wait_seconds: float = 20.0
+    # Updates and deletes the operator keeps in flight at once (kube.py; ADR 0091).
+    api_writes_in_flight: int = 6
     # A development aid for local clusters (`make dev-cluster`), off by default: an absolute
     # directory on the node against which a relative `workspace.repo` (e.g. `demo/repo`) is
     # resolved. Without it a relative repo is refused: a cluster has nothing to clone it from.

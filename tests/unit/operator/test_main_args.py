@@ -43,6 +43,7 @@ def test_flags_become_settings() -> None:
         ["-A", "--tools-uid", "10001"],  # the same uid as the harness
         ["-A", "--fs-group", "10003"],  # a role's uid is no shared group
         ["-A", "--dns-pod-label", "novalue"],
+        ["-A", "--api-writes-in-flight", "0"],
     ],
 )
 def test_bad_flags_are_refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,3 +88,9 @@ def test_uids_and_dns_flags_become_settings() -> None:
     assert (s.harness_uid, s.tools_uid, s.custodian_uid, s.fs_group) == (2001, 2002, 2003, 2000)
     assert s.run_as_user == 2002  # a pod that holds nothing (Evidence) runs as the tools uid
     assert s.dns_namespace == "dns" and s.dns_pod_labels == {"app": "coredns"}
+
+
+def test_writes_in_flight_reach_the_api_adapter() -> None:
+    assert settings_from(parse_args(["-A"])).api_writes_in_flight == 6
+    s = settings_from(parse_args(["-A", "--api-writes-in-flight", "24"]))
+    assert s.api_writes_in_flight == 24
