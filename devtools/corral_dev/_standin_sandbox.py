@@ -131,6 +131,7 @@ class StandinSandbox:
         self.custodian = web.AppRunner(self._custodian_app(), access_log=None)
         self.bound = 0
         self._starting: set[str] = set()
+        self._released: set[str] = set()  # pods it has deleted (as a kubelet, once)
         self._tasks: set[asyncio.Future[None]] = set()
 
     # ------------------------------------------------------------------------ pod side
@@ -166,9 +167,16 @@ class StandinSandbox:
         name = meta["name"]
         node = (pod.get("spec") or {}).get("nodeName")
         if kind == "DELETED" or meta.get("deletionTimestamp"):
+            deleted = kind == "DELETED"
+            if deleted:
+                self._released.discard(name)
+            elif name in self._released:
+                return  # a later update of a pod it has deleted already
             if name in self._starting or name in self._pods or node == NODE_NAME:
                 self._starting.discard(name)
-                self._spawn(self._stop_pod(name, pod, kind == "DELETED"))
+                if not deleted:
+                    self._released.add(name)
+                self._spawn(self._stop_pod(name, pod, deleted))
             return
         if name in self._starting or name in self._pods or node not in (None, NODE_NAME):
             return
