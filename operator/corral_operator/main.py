@@ -52,24 +52,22 @@ def _label(text: str) -> tuple[str, str]:
     return key, value
 
 
-def _uid(text: str) -> int:
+def _at_least_one(text: str, what: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if value < 1:
-        raise argparse.ArgumentTypeError("must be a non-root id (1 or more)")
+        raise argparse.ArgumentTypeError(f"must be {what} (1 or more)")
     return value
+
+
+def _uid(text: str) -> int:
+    return _at_least_one(text, "a non-root id")
 
 
 def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError("must be 1 or more")
-    return value
+    return _at_least_one(text, "a count")
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
