@@ -81,6 +81,9 @@ def _reason(exc: ApiException) -> str:
 class Kube:
     api: client.ApiClient
     writes: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(WRITES_IN_FLIGHT))
+    # Updates and deletes waiting for a slot, and holding one (the operator's metrics).
+    writes_waiting: int = 0
+    writes_sending: int = 0
 
     @classmethod
     async def connect(
@@ -116,10 +119,23 @@ class Kube:
         """One call; the answer parsed as JSON, or not parsed at all when not `answer` (a
         created pod's answer is some 10 kB the caller never reads)."""
         types = {200: "object", 201: "object", 202: "object"} if answer else {}
-        if method in _HELD_METHODS:
-            async with self.writes:
-                return await self._call(method, path, body, query, content_type, types)
-        return await self._call(method, path, body, query, content_type, types)
+        if method not in _HELD_METHODS:
+            return await self._call(method, path, body, query, content_type, types)
+        self.writes_waiting += 1
+        try:
+            await self.writes.acquire()
+        finally:
+            self.writes_waiting -= 1
+        self.writes_sending += 1
+        try:
+            return await self._call(method, path, body, query, content_type, types)
+        finally:
+            self.writes_sending -= 1
+            self.writes.release()
+
+    def write_slots(self) -> tuple[int, int]:
+        """(waiting, sending): updates and deletes waiting for a slot, and holding one."""
+        return self.writes_waiting, self.writes_sending
 
     async def _call(
         self,

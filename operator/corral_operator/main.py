@@ -315,6 +315,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None
     settings.batching.worker_limit = None
     kube = await Kube.connect(_KUBECONFIG, writes_in_flight=_SETTINGS.api_writes_in_flight)
     memo.runtime = Runtime(kube=kube, settings=_SETTINGS)
+    memo.runtime.metrics.write_slots = kube.write_slots
     memo.runtime.archive = archive_store(_SETTINGS)
     if _ARCHIVE_LISTEN is not None:
         memo.archive_reader = await start_archive_reader(memo.runtime, *_ARCHIVE_LISTEN)

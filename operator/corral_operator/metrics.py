@@ -14,7 +14,7 @@ value this process first saw for it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, get_args
@@ -79,6 +79,18 @@ class _StateCollector(Collector):
             pending.add_metric([namespace], count)
         yield pending
         yield from _collector_pauses()
+        if self._m.write_slots is not None:
+            queued, sending = self._m.write_slots()
+            yield GaugeMetricFamily(
+                "corral_api_writes_waiting",
+                "Updates and deletes waiting for one of the --api-writes-in-flight slots.",
+                value=queued,
+            )
+            yield GaugeMetricFamily(
+                "corral_api_writes_in_flight",
+                "Updates and deletes sent to the API server and not yet answered.",
+                value=sending,
+            )
 
 
 def _collector_pauses() -> Iterator[Metric]:
@@ -113,6 +125,8 @@ class OperatorMetrics:
         # (namespace, name) -> what the Session watch last said; (namespace, name) -> pending.
         self.sessions: dict[tuple[str, str], _Seen] = {}
         self.approvals: dict[tuple[str, str], bool] = {}
+        # The API adapter's write slots, (waiting, sending), once the operator has connected.
+        self.write_slots: Callable[[], tuple[int, int]] | None = None
         r.register(_StateCollector(self))
         self.settlements = Counter(
             "corral_turn_settlements",

@@ -213,6 +213,9 @@ def test_metrics_events_and_json_logs_tell_a_sessions_story(
     assert settled >= 1
     assert value(after, "corral_reconcile_duration_seconds_count", kind="Session") > 0
     assert value(after, "corral_admission_duration_seconds_count", namespace=ns) >= 1
+    # The write slots are exported; with the run over, nothing waits for one.
+    assert ("corral_api_writes_in_flight", ()) in after
+    assert value(after, "corral_api_writes_waiting") == 0
     assert value(after, "corral_session_first_turn_seconds_count", namespace=ns) == 1
     tokens = value(after, "corral_tokens_total", namespace=ns, agent="coder", kind="output")
     assert tokens == status["usage"]["outputTokens"] > 0

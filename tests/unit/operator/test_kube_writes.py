@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from corral_operator.kube import WRITES_IN_FLIGHT, Kube
+from corral_operator.metrics import OperatorMetrics
 
 
 class StalledApi:
@@ -59,7 +60,37 @@ async def test_updates_and_deletes_wait_for_a_slot_while_creates_and_reads_go_at
         await asyncio.sleep(0)
     held = api.in_flight.get("PATCH", 0) + api.in_flight.get("DELETE", 0)
     assert held == slots
+    assert kube.write_slots() == (2 * many - slots, slots)  # what the metrics export
     assert api.in_flight["POST"] == many and api.in_flight["GET"] == many
     api.release.set()
     await asyncio.gather(*tasks)
     assert api.in_flight["PATCH"] == many and api.in_flight["DELETE"] == many  # all served
+    assert kube.write_slots() == (0, 0)
+
+
+async def test_a_write_cancelled_while_it_waits_gives_up_its_place() -> None:
+    api = StalledApi()
+    kube = Kube(api, asyncio.Semaphore(1))  # type: ignore[arg-type]
+    first = asyncio.ensure_future(kube.request("DELETE", "/api/v1/namespaces/ns/pods/a"))
+    second = asyncio.ensure_future(kube.request("DELETE", "/api/v1/namespaces/ns/pods/b"))
+    for _ in range(3):
+        await asyncio.sleep(0)
+    assert kube.write_slots() == (1, 1)
+    second.cancel()
+    await asyncio.sleep(0)
+    assert kube.write_slots() == (0, 1)
+    api.release.set()
+    await first
+    assert kube.write_slots() == (0, 0) and not kube.writes.locked()
+
+
+def test_the_write_slots_are_exported() -> None:
+    metrics = OperatorMetrics()
+    metrics.write_slots = lambda: (7, 6)
+    samples = {
+        sample.name: sample.value
+        for family in metrics.registry.collect()
+        for sample in family.samples
+        if sample.name.startswith("corral_api_writes")
+    }
+    assert samples == {"corral_api_writes_waiting": 7, "corral_api_writes_in_flight": 6}
