@@ -12,6 +12,10 @@ returned for the loop's last read or write, and the resourceVersions those carri
   but the status, so the live body misses none of its writes, and is used (the commonest
   case: kopf adds its finalizer while the first pass writes); its spec may lag one the loop
   read from the server, as any watch's may, and the next pass sees the newer one;
+- the live body carries another version and a status the loop knew before its last write:
+  the watch lags behind that write, and shows someone else's earlier write (kopf's finalizer,
+  landing just before the loop's first status write); the server applied the loop's write on
+  top of it, so the kept body is newer in every part, and is used;
 - the live body carries another version and another status: someone else wrote (a person,
   the custodian) and the live body may still miss the loop's own last write; the Session is
   read from the API server;
@@ -31,6 +35,8 @@ from .kube import Kube
 
 # Versions of the loop's own reads and writes kept for comparison: a watch lags by a few.
 _KEPT_VERSIONS = 16
+# Statuses the loop knew before its last read or write, for a lagging watch.
+_KEPT_STATUSES = 4
 
 
 def _version(body: Mapping[str, Any] | None) -> str:
@@ -45,6 +51,7 @@ class SessionView:
         self._live = live
         self._known: dict[str, Any] | None = None
         self._own: deque[str] = deque(maxlen=_KEPT_VERSIONS)
+        self._earlier: deque[Any] = deque(maxlen=_KEPT_STATUSES)
 
     def _copy(self) -> dict[str, Any]:
         return cast(dict[str, Any], json_copy(self._known))
@@ -52,6 +59,8 @@ class SessionView:
     def _keep(self, body: Mapping[str, Any]) -> None:
         # managedFields are most of a Session's metadata and nothing a pass reads.
         metadata = {k: v for k, v in (body.get("metadata") or {}).items() if k != "managedFields"}
+        if self._known is not None:
+            self._earlier.append(self._known.get("status"))
         self._known = json_copy({**body, "metadata": metadata})
         version = _version(body)
         if version:
@@ -67,13 +76,19 @@ class SessionView:
             or (live_version not in self._own and live.get("status") == self._known.get("status"))
         ):
             self._keep(live)
-        elif self._known is None or live_version not in self._own:
+        elif self._known is None or (
+            live_version not in self._own and not self._lags(live)
+        ):
             body = await self._kube.get(self._path)
             if body is None:
                 self._known = None
                 return None
             self._keep(body)
         return self._copy()  # the caller's to change
+
+    def _lags(self, live: Mapping[str, Any] | None) -> bool:
+        """Whether `live` shows a status the loop knew before its last read or write."""
+        return live is not None and any(live.get("status") == old for old in self._earlier)
 
     async def patch_status(self, patch: dict[str, Any]) -> dict[str, Any]:
         """Merge-patch the status; the answer (the whole Session) becomes the kept body."""
