@@ -15,9 +15,10 @@ process.
 
 The young collections were still long (50 to 450 ms) because of one cycle: kopf's `Body`
 kept views of its metadata, spec and status that point back to it (and its `Meta` views of
-its labels and annotations), so every watch event's whole decoded body lived until a
-collection walked and freed it. `acyclic_kopf_bodies` makes those views on access instead, so
-reference counting frees an event's body when kopf is done with it (ADR 0091).
+its labels and annotations; each event's `Patch` the same, and the body besides), so every
+watch event's whole decoded body lived until a collection walked and freed it.
+`acyclic_kopf_bodies` makes those views on access instead, so reference counting frees an
+event's body when kopf is done with it (ADR 0091).
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ def acyclic_kopf_bodies() -> bool:
     }
     for cls, views in _VIEWING:
         for prop, attr in views.items():
-            if not isinstance(cls.__dict__.get(prop), property) or attr not in vars(probes[cls]):
+            kept = vars(probes[cls]).get(attr)
+            if not isinstance(cls.__dict__.get(prop), property) or not hasattr(kept, "_path"):
                 return False
     for cls, views in _VIEWING:
         for prop, attr in views.items():

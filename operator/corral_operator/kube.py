@@ -5,7 +5,7 @@ maps a manifest's apiVersion/kind to its REST path and nothing more.
 
 Creates and reads go out at once; updates and deletes (status writes, a released pod) take one
 of `WRITES_IN_FLIGHT` slots. A busy API server shares its CPU among the requests in flight:
-in a 1,000-Session burst the status writes and deletes of Sessions already running (up to 90
+in a 1,000-Session burst the status writes and deletes of Sessions already running (up to 94
 at once) took most of it from the creates that give a waiting Session its sandbox. Bounded,
 they wait here instead, cheaply, and a new Session's Secret and pod go first (ADR 0091).
 """
