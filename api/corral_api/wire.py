@@ -297,6 +297,32 @@ FULL_SHA = r"^[0-9a-f]{40}$"
 DeliveryState = Literal["Delivered", "NothingToDeliver", "Failed"]
 
 
+# The agent's commits reach the custodian as data: the harness has the tools side write a git
+# bundle of the commits since `BundleBase.base` and sends its bytes (content type
+# BUNDLE_CONTENT_TYPE) to `POST /agents/{conversation}/bundle?revision=<tip>`; the custodian
+# checks it, fetches it into its own mirror and answers `BundleAccepted`. Delivery, `push` and
+# `land` then act only on revisions the mirror holds.
+BUNDLE_CONTENT_TYPE = "application/x-git-bundle"
+
+
+class BundleBase(WireModel):
+    """`GET /agents/{conversation}/bundle-base`: the revision the custodian's mirror already
+    holds for this session (its last push, else the Session's ref as the remote has it); the
+    harness's bundle needs only the commits after it. None: nothing is known (no remote), a
+    bundle must then be complete."""
+
+    base: str | None = Field(default=None, pattern=FULL_SHA)
+    branch: str = ""
+
+
+class BundleAccepted(WireModel):
+    """The custodian fetched the bundle into its mirror; `revision` is the tip it took (the one
+    the harness named, never the bundle's ref names)."""
+
+    revision: str = Field(pattern=FULL_SHA)
+    bytes: int = Field(ge=0)
+
+
 class DeliverRequest(WireModel):
     """The harness: the commit it left for this turn (None: it made none, deliver HEAD as it
     stands), and the submission it belongs to."""
