@@ -4,7 +4,9 @@
 # It copies examples/demo/repo to a temporary directory, makes it a git repository with one
 # commit, and runs `corral run` on it. With no ANTHROPIC_API_KEY the scripted demo model plays
 # examples/demo/scenario.yaml, so it needs no network and no cluster; with a key, Claude works
-# on the same task. Afterwards it shows what the agent changed and where the record is.
+# on the same task. The agent's commits go on the session's branch (the copy's main is left
+# as it was). Afterwards it shows what the agent changed and where the record is (outside the
+# workspace: `corral run` keeps its state, logs and secrets out of the repository).
 set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,7 +26,8 @@ git -C "$workspace" add -A
 git -C "$workspace" -c user.name=corral -c user.email=corral@localhost \
   commit -q -m "The example repository, before the agent"
 
-state_dir="${CORRAL_DEMO_STATE_DIR:-$root/.corral/runs/demo-$(date +%Y%m%d-%H%M%S)}"
+state_home="${XDG_STATE_HOME:-$HOME/.local/state}"
+state_dir="${CORRAL_DEMO_STATE_DIR:-$state_home/corral/runs/demo-$(date +%Y%m%d-%H%M%S)}"
 echo "demo: workspace $workspace (a copy of examples/demo/repo)"
 if [[ -z "${ANTHROPIC_API_KEY:-}" ]]; then
   echo "demo: no ANTHROPIC_API_KEY, so the scripted demo model plays examples/demo/scenario${SCENARIO:+-$SCENARIO}.yaml"
@@ -50,11 +53,15 @@ status=0
 "$corral" run -f "$session_file" --workspace "$workspace" \
   --state-dir "$state_dir" "${scenario_args[@]}" "$@" || status=$?
 
+branch=$(git -C "$workspace" for-each-ref --format='%(refname:short)' refs/heads/corral \
+  | head -n 1)
+branch="${branch:-HEAD}"
 echo
-echo "demo: what the agent changed in $workspace (committed at each turn's end, as the agent):"
-git -C "$workspace" --no-pager log --format='  %h %an: %s' "$base..HEAD"
-git -C "$workspace" --no-pager diff --stat "$base"
-git -C "$workspace" --no-pager diff "$base"
+echo "demo: what the agent changed in $workspace on $branch (committed at each turn's end, as"
+echo "      the agent; \`git -C $workspace switch $branch\` checks it out):"
+git -C "$workspace" --no-pager log --format='  %h %an: %s' "$base..$branch"
+git -C "$workspace" --no-pager diff --stat "$base" "$branch"
+git -C "$workspace" --no-pager diff "$base" "$branch"
 echo "demo: the record of the session is in $state_dir"
 echo "      state.json (phase, turns, usage), ledger.jsonl (one receipt per turn),"
 echo "      transcript.jsonl (every wire event), logs/ (the model, custodian and harness)"

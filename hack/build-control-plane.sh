@@ -22,6 +22,12 @@ CACHE="${CORRAL_CACHE:-$HOME/.cache/corral}"
 OUT="$CACHE/bin/k8s-$K8S_VERSION"
 STAMP="$OUT/.complete"
 
+# One build at a time: a second caller (a test fixture, `make node`) waits for the first, then
+# finds its stamp; two at once would remove each other's wrapper module.
+mkdir -p "$CACHE"
+exec 9>"$CACHE/.build-control-plane.lock"
+flock 9
+
 NODE_STAMP="$OUT/.node-complete"
 
 # kubelet, kube-proxy and kube-scheduler from the control plane's wrapper module (its go.mod, go.sum and

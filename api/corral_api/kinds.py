@@ -73,6 +73,41 @@ BRANCH_MESSAGE = (
     "must be a valid git branch name: letters, digits, '.', '_', '-', '/', "
     "no '..' or '//', not starting with '/' or '-', not ending with '/' or '.lock'"
 )
+# A branch-name pattern (Agent.spec.workspace.branches, Agent.spec.landing.targets): a short
+# branch name where `*` matches a run without '/' and `**` a run that may contain '/'. The
+# matcher is corral_common.branches; this is the syntax, which the API server checks too.
+BRANCH_PATTERN_RULE = (
+    "self.matches('^[A-Za-z0-9._/*-]+$') && !self.startsWith('/') && !self.endsWith('/')"
+    " && !self.endsWith('.lock') && !self.contains('..') && !self.contains('//')"
+    " && !self.startsWith('-') && !self.contains('***') && !self.startsWith('refs/')"
+    " && self != 'HEAD'"
+)
+BRANCH_PATTERN_MESSAGE = (
+    "must be a branch-name pattern: a short branch name (no refs/heads/, not HEAD) of letters,"
+    " digits, '.', '_', '-', '/', where '*' matches a run without '/' and '**' a run that may"
+    " contain '/'; no '..', '//' or '***', not starting with '/' or '-', not ending with '/'"
+    " or '.lock'"
+)
+# What an Agent that names no spec.workspace.branches allows: the operator's default session
+# branch `corral/<session>` and anything below `corral/`.
+DEFAULT_SESSION_BRANCHES = ("corral/**",)
+MAX_BRANCH_PATTERNS = 64
+BranchPattern = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=255,
+        json_schema_extra=field_rules(cel(BRANCH_PATTERN_RULE, BRANCH_PATTERN_MESSAGE)),
+    ),
+]
+
+
+# A Session may replace its Agent's landing check, never where land may reach.
+LANDING_TARGETS_RULE = "!has(self.landing) || !has(self.landing.targets)"
+LANDING_TARGETS_MESSAGE = (
+    "landing targets are set on the Agent only (Agent spec.landing.targets): a Session may "
+    "replace its Agent's landing check, but never where land may reach"
+)
 
 
 def _conditions() -> Any:
@@ -269,6 +304,27 @@ class Landing(ApiModel):
     check: LandingCheck | None = Field(
         default=None, description="Evidence that must Pass for a revision before it lands."
     )
+    targets: list[BranchPattern] | None = Field(
+        default=None,
+        max_length=MAX_BRANCH_PATTERNS,
+        description="Agent only: the branches `land` may reach, as patterns of short branch "
+        "names ('*' a run without '/', '**' a run that may contain '/'); none listed: land is "
+        "refused. A Session cannot set them.",
+    )
+
+
+class AgentWorkspace(ApiModel):
+    """Where this Agent's Sessions may push (docs/delivery.md)."""
+
+    branches: list[BranchPattern] = Field(
+        default_factory=lambda: list(DEFAULT_SESSION_BRANCHES),
+        min_length=1,
+        max_length=MAX_BRANCH_PATTERNS,
+        description="The patterns a Session's branch (spec.workspace.branch, default "
+        "corral/<session>) must match, against the short branch name: '*' matches a run "
+        "without '/', '**' a run that may contain '/'. Default: [corral/**]. Every other "
+        "branch is reached only by land.",
+    )
 
 
 class AgentMemory(ApiModel):
@@ -315,6 +371,10 @@ class AgentSpec(ApiModel):
         default_factory=LayerBudgets, description="Token budget per context layer."
     )
     orchestrator: bool = Field(default=False, description="Only orchestrators may start children.")
+    workspace: AgentWorkspace = Field(
+        default_factory=AgentWorkspace,
+        description="The branches this Agent's Sessions may push to.",
+    )
     sandbox: Sandbox = Field(default_factory=Sandbox, description="Sandbox pod settings.")
     credentials: Credentials = Field(
         default_factory=Credentials, description="Secrets for the custodian."
@@ -322,7 +382,9 @@ class AgentSpec(ApiModel):
     children: ChildPolicy = Field(
         default_factory=ChildPolicy, description="Agents a child session may run under."
     )
-    landing: Landing = Field(default_factory=Landing, description="The check before landing.")
+    landing: Landing = Field(
+        default_factory=Landing, description="Where land may reach, and the check before it."
+    )
     hooks: AgentHooks = Field(
         default_factory=AgentHooks,
         description="Hooks per phase: command or http handlers (docs/hooks.md).",
@@ -400,7 +462,8 @@ class Workspace(ApiModel):
     branch: str | None = Field(
         default=None,
         max_length=255,
-        description="The one branch this session may push to.",
+        description="The one branch this session may push to (default corral/<session>); it "
+        "must match its Agent's spec.workspace.branches and differ from the branch `ref` names.",
         json_schema_extra=field_rules(cel(BRANCH_RULE, BRANCH_MESSAGE)),
     )
     granted_root: str = Field(
@@ -510,7 +573,9 @@ class SessionSpec(ApiModel):
         default=None, description="Lowers the Agent's budget for this session (never raises it)."
     )
     landing: Landing | None = Field(
-        default=None, description="Replaces the Agent's landing check for this session."
+        default=None,
+        description="Replaces the Agent's landing check for this session; the targets are "
+        "the Agent's alone.",
     )
     output_schema: OutputSchema | None = Field(
         default=None,
@@ -556,6 +621,11 @@ class SessionSpec(ApiModel):
             "self.agentRef == oldSelf.agentRef",
             "agentRef is immutable",
             field_path=".agentRef",
+        ),
+        cel(
+            LANDING_TARGETS_RULE,
+            LANDING_TARGETS_MESSAGE,
+            field_path=".landing.targets",
         ),
     )
 

@@ -27,6 +27,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from corral_api import Agent, Session
+from corral_common.branches import session_refusal
 from corral_common.session_files import SessionFiles
 from corral_operator.driver import DriverState, hold_for_children, wait_satisfied
 from corral_operator.planning.lineage import (
@@ -217,6 +218,11 @@ class SessionTree:
             return
         if lineage.max_turns < 1:
             self._fail(name, out_of_turns_message(0, lineage.max_turns))
+            return
+        # Held to its own Agent's branch patterns, as the operator holds a cluster's child.
+        protected = session_refusal(session, agent)
+        if protected is not None:
+            self._fail(name, f"invalid spec: {protected}")
             return
         parent_name = str(chain[0]["metadata"]["name"])
         parent_workspace = self.workspaces[parent_name]

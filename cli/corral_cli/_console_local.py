@@ -7,8 +7,8 @@ live turn and the decisions are the cluster console's own (operator/corral_opera
 only the source differs. The transcript file is followed as the wire is, and a finished run's
 receipts are read from it as an archive's are (`receipts_of`, docs/history.md).
 
-DIR is a run's state directory, or a directory of runs (`.corral`, whose runs are under
-`runs/`, or any directory whose subdirectories are runs).
+DIR is a run's state directory, or a directory of runs (`corral run`'s state home, whose runs
+are under `runs/`, or any directory whose subdirectories are runs).
 """
 
 from __future__ import annotations

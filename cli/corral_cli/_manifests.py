@@ -20,6 +20,7 @@ import yaml
 
 from corral_api import API_VERSION, KIND_BY_NAME, VERSION, Agent, Session
 from corral_api._base import Resource
+from corral_common.branches import session_refusal
 
 from ._rules import cel_violations
 
@@ -224,6 +225,14 @@ def agent_nearby(directory: Path, name: str) -> tuple[Agent, Path] | None:
             assert isinstance(resource, Agent)
             return resource, path
     return None
+
+
+def check_session_branch(session: Session, agent: Agent) -> None:
+    """`corral run` holds a Session to its Agent's branch patterns as the operator does
+    (corral_common.branches): outside them, it does not start."""
+    refused = session_refusal(session, agent)
+    if refused is not None:
+        raise ManifestError(f'Session "{session.metadata["name"]}" is invalid: {refused}')
 
 
 def pick_session(found: Manifests, search: Sequence[Path] = ()) -> tuple[Session, Agent]:

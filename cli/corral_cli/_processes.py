@@ -25,6 +25,8 @@ from pathlib import Path
 
 import httpx
 
+from ._localpaths import write_secret
+
 READY_TIMEOUT = 30.0
 CREDENTIAL_ENV = "CORRAL_CUSTODIAN_CREDENTIAL_FILE"
 # The model the scripted demo server plays; a run against it drives the session with it.
@@ -87,11 +89,7 @@ class Parts:
         """This run's pod-local credential, created on first use: random, in a 0600 file."""
         if self.credential_file is None:
             path = self.log_dir.parent / "secrets" / "custodian-credential"
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            with os.fdopen(fd, "w") as handle:
-                handle.write(secrets.token_urlsafe(32))
-            self.credential_file = path
+            self.credential_file = write_secret(path, secrets.token_urlsafe(32))
         return self.credential_file
 
     def _pod_env(self, argv: list[str], env: dict[str, str]) -> dict[str, str]:
@@ -117,6 +115,9 @@ class Parts:
             process = subprocess.Popen(
                 argv,
                 env=env,
+                # Never the person's directory (often the workspace): whatever a part writes
+                # relative to its working directory stays with the run's state.
+                cwd=self.log_dir.parent,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

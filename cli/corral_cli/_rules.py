@@ -13,9 +13,17 @@ import re
 
 from corral_api import Agent, Session
 from corral_api._base import Resource
-from corral_api.kinds import BRANCH_MESSAGE, EvaluationCriteria, SessionSpec, Workspace
+from corral_api.kinds import (
+    BRANCH_MESSAGE,
+    BRANCH_PATTERN_MESSAGE,
+    LANDING_TARGETS_MESSAGE,
+    EvaluationCriteria,
+    SessionSpec,
+    Workspace,
+)
 
 _BRANCH_CHARS = re.compile(r"^[A-Za-z0-9._/-]+$")
+_PATTERN_CHARS = re.compile(r"^[A-Za-z0-9._/*-]+$")
 
 
 def _rule_message(model: type[object], needle: str) -> str:
@@ -43,6 +51,27 @@ def _branch_ok(branch: str) -> bool:
     )
 
 
+def _pattern_ok(pattern: str) -> bool:
+    # The same rule as BRANCH_PATTERN_RULE's CEL.
+    return bool(
+        _PATTERN_CHARS.match(pattern)
+        and not pattern.startswith(("/", "-", "refs/"))
+        and not pattern.endswith(("/", ".lock"))
+        and ".." not in pattern
+        and "//" not in pattern
+        and "***" not in pattern
+        and pattern != "HEAD"
+    )
+
+
+def _patterns(path: str, patterns: list[str] | None) -> list[str]:
+    return [
+        _string(f"{path}[{i}]", BRANCH_PATTERN_MESSAGE)
+        for i, p in enumerate(patterns or [])
+        if not _pattern_ok(p)
+    ]
+
+
 def _root_ok(root: str) -> bool:
     # The same rule as Workspace.granted_root's CEL: /workspace or below, no '..', no '//'.
     under = root == "/workspace" or root.startswith("/workspace/")
@@ -64,6 +93,8 @@ def _agent(agent: Agent) -> list[str]:
         out.append(_object("spec.tools", _rule_message(type(spec), "tools.deny")))
     if not spec.orchestrator and spec.limits.max_depth != 3:
         out.append(_object("spec.limits.maxDepth", _rule_message(type(spec), "maxDepth")))
+    out += _patterns("spec.workspace.branches", spec.workspace.branches)
+    out += _patterns("spec.landing.targets", spec.landing.targets)
     return out
 
 
@@ -74,6 +105,8 @@ def _session(session: Session) -> list[str]:
     ws = spec.workspace
     if spec.read_only and ws.branch is not None:
         out.append(_object("spec.workspace.branch", _rule_message(SessionSpec, "readOnly")))
+    if spec.landing is not None and spec.landing.targets is not None:
+        out.append(_object("spec.landing.targets", LANDING_TARGETS_MESSAGE))
     if spec.evaluation is not None:
         criteria = spec.evaluation.criteria
         if (criteria.substring is None) == (criteria.command is None):

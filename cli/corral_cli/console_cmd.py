@@ -2,7 +2,8 @@
 
 Against a cluster it acts with your kubeconfig: every read and every decision is yours, and the
 API server's RBAC decides what you see; nothing is stored. With `--state DIR` (or, when no
-kubeconfig applies, `.corral/` if it exists) it shows `corral run`'s local runs instead: their
+kubeconfig applies, `corral run`'s state home if it exists: `$XDG_STATE_HOME/corral`, else
+`~/.local/state/corral`) it shows `corral run`'s local runs instead: their
 transcripts, receipts and pending approvals, which you may approve or deny.
 """
 
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._cluster import EXIT_ERROR, EXIT_OK, add_cluster_options, connect
+from ._localpaths import state_home
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -34,15 +36,14 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="DIR",
         help="show `corral run` state directories (a run's, or a directory of runs such as "
-        ".corral) instead of a cluster; the default when no kubeconfig applies and .corral/ "
-        "exists",
+        "~/.local/state/corral) instead of a cluster; the default when no kubeconfig applies: "
+        "$XDG_STATE_HOME/corral (else ~/.local/state/corral), if it exists",
     )
     add_cluster_options(p)
     p.set_defaults(namespace=None)
     return p
 
 
-LOCAL_STATE = Path(".corral")
 
 
 def state_dir(args: argparse.Namespace) -> Path | None:
@@ -52,7 +53,8 @@ def state_dir(args: argparse.Namespace) -> Path | None:
     kubeconfig = args.kubeconfig or os.environ.get("KUBECONFIG")
     if kubeconfig or args.context or (Path.home() / ".kube" / "config").exists():
         return None
-    return LOCAL_STATE if LOCAL_STATE.is_dir() else None
+    local = state_home()
+    return local if local.is_dir() else None
 
 
 async def _serve_state(args: argparse.Namespace, root: Path) -> int:

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 
 from corral_api import Agent, Session
 from corral_api.kinds import SessionOverrides, SessionSpec
+from corral_common.branches import default_session_branch
 from corral_operator.driver import (
     WAITING_FOR_WAKE,
     DriverOutcome,
@@ -41,10 +42,20 @@ from corral_operator.wireclient import WireClient
 from . import _processes as proc
 from ._approvals import MODES, ApprovalDesk, default_mode
 from ._children import SessionTree, TreeTurnStore
+from ._localpaths import MEMORY_ENV, default_run_dir, is_inside, memory_db, write_secret
 from ._localstore import RunRecord
-from ._manifests import ManifestError, load_manifests, pick_session
+from ._manifests import ManifestError, check_session_branch, load_manifests, pick_session
 from ._view import View, choose_view
-from ._workspace import WorkspaceError, prepare_workspace
+from ._workspace import (
+    SessionCheckout,
+    WorkspaceError,
+    current_branch,
+    dirty_message,
+    dirty_paths,
+    prepare_workspace,
+    repository_top,
+    worktree_checkout,
+)
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -89,14 +100,24 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "--workspace",
         metavar="DIR",
         type=Path,
-        help="directory the agent works in (its granted root); default: a clone of "
-        "spec.workspace.repo under the state directory",
+        help="the repository (or a directory in one) the agent works on: in a worktree of it "
+        "under the state directory, on the session branch made from HEAD, so your checkout "
+        "is left as it is (a directory outside git is worked in directly); default: a clone "
+        "of spec.workspace.repo under the state directory",
+    )
+    p.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="run although --workspace has uncommitted changes or untracked files (the agent "
+        "starts from the last commit without them; they stay where they are)",
     )
     p.add_argument(
         "--state-dir",
         metavar="DIR",
         type=Path,
-        help="where state, ledger and transcript go; default .corral/runs/<name>-<time>",
+        help="where state, ledger, transcript, logs and secrets go, never inside the "
+        "workspace; default $XDG_STATE_HOME/corral/runs/<name>-<time> (else "
+        "~/.local/state/corral/runs/...)",
     )
     p.add_argument(
         "--output-schema",
@@ -148,21 +169,10 @@ def _scenario(args: argparse.Namespace) -> Path:
     )
 
 
-MEMORY_ENV = "CORRAL_MEMORY_SQLITE"
-
-
 def memory_file() -> Path:
-    """The memory store of `corral run` (docs/memory.md): $CORRAL_MEMORY_SQLITE, else
-    .corral/memory.db beside the runs, so a later run's Agent recalls what an earlier wrote."""
-    return Path(os.environ.get(MEMORY_ENV) or Path(".corral") / "memory.db").resolve()
-
-
-def _secret_file(path: Path, value: str) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(value)
-    return path
+    """The memory store of `corral run` (docs/memory.md): $CORRAL_MEMORY_SQLITE, else one
+    database under the state home for every run started from this directory."""
+    return memory_db()
 
 
 class LocalRun:
@@ -184,10 +194,7 @@ class LocalRun:
         self.session = session
         self.view = view
         self.name = str(session.metadata["name"])
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        self.state_dir: Path = (
-            state_dir or args.state_dir or Path(".corral") / "runs" / f"{self.name}-{stamp}"
-        ).resolve()
+        self.state_dir: Path = (state_dir or args.state_dir or default_run_dir(self.name)).resolve()
         # The turn cap the operator's rules derive (a child's: what its parent has left).
         self.max_turns = agent.spec.limits.max_turns if max_turns is None else max_turns
         self.agent = agent.model_copy(update={"spec": with_turn_cap(agent.spec, self.max_turns)})
@@ -293,7 +300,6 @@ class LocalRun:
             "CORRAL_STATE_DIR": str(self.state_dir / "custodian"),
             "CORRAL_AGENT_SPEC_JSON": json.dumps(self.agent.spec.wire()),
             "CORRAL_AGENT_NAME": spec.agent_ref,  # the default memory scope
-            "CORRAL_WORKSPACE": str(workspace),
             # Long-term memory outlives the run: one file for every run from this directory.
             "CORRAL_MEMORY_SQLITE": str(memory_file()),
         }
@@ -301,7 +307,7 @@ class LocalRun:
         if embedder := os.environ.get("CORRAL_MEMORY_EMBEDDER"):
             env["CORRAL_MEMORY_EMBEDDER"] = embedder
         if route.key:
-            key_file = _secret_file(self.state_dir / "secrets" / "model-key", route.key)
+            key_file = write_secret(self.state_dir / "secrets" / "model-key", route.key)
             env["CORRAL_MODEL_KEY_FILE"] = str(key_file)
         # The session's own branch, as the operator names it: delivery records it (and a
         # child starts from what was delivered, docs/children.md).
@@ -320,7 +326,7 @@ class LocalRun:
 
     def _start_harness(self, workspace: Path, custodian_url: str) -> proc.Part:
         self._token = secrets.token_urlsafe(32)
-        token_file = _secret_file(self.state_dir / "secrets" / "wire-token", self._token)
+        token_file = write_secret(self.state_dir / "secrets" / "wire-token", self._token)
         port = proc.free_port()
         env = proc.base_env() | {
             "CORRAL_HARNESS_ADDR": f"127.0.0.1:{port}",
@@ -477,6 +483,7 @@ def run_command(argv: list[str]) -> int:
         found = load_manifests([*args.agent_files, *args.files])
         search = list(dict.fromkeys(f.resolve().parent for f in args.files))
         session, agent = pick_session(found, search)
+        check_session_branch(session, agent)
         if args.output_schema is not None:
             session = with_output_schema(session, args.output_schema)
     except ManifestError as exc:
@@ -491,18 +498,16 @@ def run_command(argv: list[str]) -> int:
         for ignored in found.ignored:
             view.note(f"{ignored} is not run locally; ignored")
         view.note(f"state directory: {run.state_dir}")
+        checkout: SessionCheckout | None = None
         try:
-            if args.workspace is not None:
-                workspace = args.workspace.resolve()
-                if not workspace.is_dir():
-                    print(f"error: --workspace {args.workspace} is not a directory", file=err)
-                    return EXIT_INVALID
-            else:
-                base = args.files[-1].resolve().parent
-                workspace = prepare_workspace(
-                    session.spec.workspace, base, run.state_dir / "workspace", name
-                )
-            view.note(f"workspace: {workspace}")
+            if args.workspace is not None and not args.workspace.is_dir():
+                print(f"error: --workspace {args.workspace} is not a directory", file=err)
+                return EXIT_INVALID
+            checkout = _checkout(args, run)
+            workspace = checkout.root
+            where = f" (a worktree of {checkout.repository})" if checkout.worktree else ""
+            on = f", on {checkout.branch}" if checkout.branch else ""
+            view.note(f"workspace: {workspace}{where}{on}")
             outcome = asyncio.run(_main(run, workspace))
         except (WorkspaceError, ManifestError) as exc:
             print(f"error: {exc}", file=err)
@@ -519,6 +524,16 @@ def run_command(argv: list[str]) -> int:
             )
         finally:
             run.stop_all()
+        committed: dict[str, Any] = {}
+        if checkout is not None and checkout.branch is not None:
+            revision = checkout.committed()
+            committed = {"branch": checkout.branch, "committed": revision}
+            if revision is not None:
+                view.note(f"committed {revision} on {checkout.branch}")
+            else:
+                view.note(f"nothing committed on {checkout.branch}")
+            if outcome is not None and outcome.phase in FINAL_PHASES and checkout.release():
+                view.note(f"worktree removed: `git switch {checkout.branch}` to check it out")
         if outcome is not None:
             if outcome.succeeded:
                 code = EXIT_OK
@@ -532,6 +547,7 @@ def run_command(argv: list[str]) -> int:
                     "usage": outcome.usage.wire(),
                     "stateDir": str(run.state_dir),
                     "exitCode": code,
+                    **committed,
                     **({"output": outcome.output} if outcome.output is not None else {}),
                 }
             )
@@ -540,6 +556,51 @@ def run_command(argv: list[str]) -> int:
         # The structured answer last, alone, so a script can take it from stdout.
         print(json.dumps(outcome.output, indent=2, ensure_ascii=False))
     return code
+
+
+# A run that ended so is not resumed: its worktree may go (a Stopped one may be picked up).
+FINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+def _checkout(args: argparse.Namespace, run: LocalRun) -> SessionCheckout:
+    """Where the agent works and the branch its commits go on; refuses (WorkspaceError) a
+    state directory or memory database inside the workspace, a dirty tree without
+    --allow-dirty, and a session branch that is the branch the person has checked out."""
+    spec = run.session.spec.workspace
+    branch = spec.branch or default_session_branch(run.name)
+    dest = run.state_dir / "workspace"
+    if args.workspace is None:
+        base = args.files[-1].resolve().parent
+        return prepare_workspace(spec, base, dest, branch)
+    directory = args.workspace.resolve()
+    top = repository_top(directory)
+    tree = top or directory
+    # Everything `corral run` writes stays out of the tree the agent's commits come from.
+    if is_inside(run.state_dir, tree):
+        named = "--state-dir" if args.state_dir is not None else "the default state directory"
+        raise WorkspaceError(
+            f"{named} {run.state_dir} is inside the workspace {tree}: its secrets, logs and "
+            "transcripts would sit in the repository; choose a directory outside it"
+        )
+    if is_inside(memory_file(), tree):
+        raise WorkspaceError(
+            f"the memory database {memory_file()} (${MEMORY_ENV}) is inside the workspace "
+            f"{tree}; choose a path outside it"
+        )
+    if top is None:
+        return SessionCheckout(root=directory)
+    # The Agent's branch patterns were checked with the manifests (check_session_branch); the
+    # work starts from the checked-out branch, which the session never writes (land does).
+    if branch == current_branch(top):
+        raise WorkspaceError(
+            f"spec.workspace.branch {branch!r} is the branch checked out in {top}, where the "
+            "work starts from: the agent's commits go on a branch of their own; name another"
+        )
+    if not args.allow_dirty:
+        dirty = dirty_paths(top)
+        if dirty:
+            raise WorkspaceError(dirty_message(top, dirty))
+    return worktree_checkout(directory, dest, branch)
 
 
 def with_output_schema(session: Session, path: Path) -> Session:

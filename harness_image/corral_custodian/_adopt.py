@@ -32,7 +32,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from corral_api.wire import AdoptResponse, CustodianAdoptRequest
 
 from ._app import Custodian, create_app, create_operator_app
-from .settings import SettingsError, _split_addr, from_env
+from ._secrets import redact
+from .settings import SettingsError, _split_addr, from_env, register_credentials
 
 log = logging.getLogger("corral_custodian.adopt")
 
@@ -118,6 +119,7 @@ class PooledCustodian:
 
     def _bind(self, request: CustodianAdoptRequest) -> None:
         settings = from_env(adopted_env(self._env, request, self._dir))
+        register_credentials(settings)  # the wire token and credential it just delivered
         core = Custodian(settings)
         self._harness_app = create_app(core)
         self._operator_app = create_operator_app(core)
@@ -164,8 +166,18 @@ class PooledCustodian:
                 request = CustodianAdoptRequest.model_validate_json(raw or b"null")
                 self._keep(request)
                 self._bind(request)
-            except (ValidationError, SettingsError) as exc:
-                await _answer(send, 400, {"error": "bad_request", "reason": str(exc)[:2000]})
+            except ValidationError as exc:
+                # Without the input: a wrong-shaped field may be a credential the adopt carried.
+                reason = "; ".join(
+                    f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}"
+                    for e in exc.errors(include_url=False, include_input=False)
+                )
+                await _answer(send, 400, {"error": "bad_request", "reason": reason[:2000]})
+                return
+            except SettingsError as exc:
+                await _answer(
+                    send, 400, {"error": "bad_request", "reason": redact(str(exc))[:2000]}
+                )
                 return
             seconds = time.monotonic() - started
             answer = AdoptResponse(adopted=True, seconds=round(seconds, 4))

@@ -8,6 +8,8 @@ credential:
     GET  /agents/{conversation}/surface            this turn's Menu
     POST /agents/{conversation}/tools/{name}       invoke a Menu tool
     GET  /approvals/{name}                         one of this session's Approvals' decision
+    GET  /agents/{conversation}/bundle-base        the base the next bundle starts from
+    POST /agents/{conversation}/bundle?revision=   the agent's commits as a git bundle (_git.py)
     POST /agents/{conversation}/deliver            push the turn's commit (_delivery.py)
     POST /agents/{conversation}/hooks/{phase}/{name}   post one of the Agent's http hooks
     POST /memory/recall, /memory/extract           long-term memory (_memory.py)
@@ -22,6 +24,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -29,6 +33,8 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from corral_api.wire import (
+    BUNDLE_CONTENT_TYPE,
+    BundleAccepted,
     CustodianBudget,
     CustodianDelivery,
     CustodianUsage,
@@ -39,8 +45,10 @@ from corral_common import logs
 from corral_common.approval_files import ApprovalFiles
 from corral_common.session_files import SessionFiles
 
+from . import rules
 from ._auth import RequireCredential
-from ._delivery import Deliveries
+from ._bundle import BundleRefused, write_capped
+from ._delivery import BaseUnavailable, Deliveries
 from ._git import GitPusher
 from ._hooks import add_hook_routes
 from ._kube import KubeClient, KubeError
@@ -58,6 +66,11 @@ log = logging.getLogger("corral_custodian")
 # Sent by the harness's approval port alone: its policy's `ask` outcome, not a model's call.
 APPROVAL_GATE_HEADER = "x-corral-approval-gate"
 RUN_ID_HEADER = "x-corral-run-id"  # the run id the harness's traces carry
+_FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
+# A refused bundle's status: its size, else what it holds (the sender's fault), else ours.
+_BUNDLE_STATUS = {
+    "bundle_too_large": 413, "object_too_large": 413, "timeout": 504, "git_failed": 500,
+}  # fmt: skip
 
 
 def _problem(status: int, error: str, reason: str) -> JSONResponse:
@@ -79,19 +92,22 @@ class Custodian:
         self.kube = KubeClient(settings.kube) if settings.kube is not None else None
         self.live = LiveState(settings, self.kube)
         self.proxy = ModelProxy(settings, self.live, self.usage)
-        pusher: GitPusher | None = None
-        if settings.workspace is not None:
-            # The mirror lives where only the custodian writes, never beside the workspace.
-            root = settings.state_dir or Path(tempfile.mkdtemp(prefix="corral-custodian-"))
-            pusher = GitPusher(
-                settings.workspace,
-                root / "custodian-push.git",
-                settings.git_remote_url,
-                settings.git_credentials_file,
-            )
-            refused = pusher.remote_refusal()
-            if refused is not None:
-                log.warning("push and land will be refused: %s", refused)
+        # The mirror lives where only the custodian writes; the agent's commits arrive as
+        # bundles (`POST .../bundle`): the custodian never opens the workspace.
+        root = settings.state_dir or Path(tempfile.mkdtemp(prefix="corral-custodian-"))
+        pusher = GitPusher(
+            root / "custodian-push.git",
+            settings.git_remote_url,
+            settings.git_credentials_file,
+            session_branch=settings.session_branch,
+            max_bundle_bytes=settings.max_bundle_bytes,
+            max_blob_bytes=settings.max_blob_bytes,
+        )
+        self.pusher = pusher
+        pusher.clear_incoming()
+        refused = pusher.remote_refusal()
+        if refused is not None:
+            log.warning("push and land will be refused: %s", refused)
         # No cluster (`corral run`): the gate's approvals are files beside the custodian's state.
         local_approvals = (
             ApprovalFiles(settings.state_dir / "approvals")
@@ -191,10 +207,58 @@ def create_app(core: Custodian) -> FastAPI:
         if name in MEMORY_TOOLS:
             return JSONResponse((await core.memory.invoke(name, tool_input, submission)).wire())
         try:
-            result = await core.tools.invoke(name, tool_input, submission, gate=gate)
+            result = await core.tools.invoke(
+                name, tool_input, submission, gate=gate, conversation=conversation
+            )
         except KeyError:
             return _tool_problem(404, "unknown_tool", f"there is no control tool named {name!r}")
         return JSONResponse(result.wire())
+
+    @app.get("/agents/{conversation}/bundle-base")
+    async def bundle_base(conversation: str) -> Response:
+        try:
+            loaded = await core.live.load(fresh=True)
+        except LiveError as e:
+            return _problem(503, "cluster_unavailable", str(e))
+        workspace = (loaded.session.get("spec") or {}).get("workspace") or {}
+        try:
+            base = await core.deliveries.bundle_base(
+                str(workspace.get("ref") or "HEAD"), conversation
+            )
+        except BaseUnavailable as e:
+            log.warning("no bundle base: %s", e.result.message)
+            return _problem(502, e.result.reason, e.result.detail)
+        return JSONResponse(base.model_dump(mode="json"))
+
+    @app.post("/agents/{conversation}/bundle")
+    async def bundle(conversation: str, request: Request) -> Response:
+        """The agent's commits as a git bundle, streamed to a file of the custodian's own and
+        checked before git reads it (_bundle.py, _git.GitPusher.take_bundle)."""
+        revision = request.query_params.get("revision", "")
+        if not _FULL_SHA.match(revision):
+            return _problem(400, "bad_input", "'revision' must be the tip's full 40-hex id")
+        kind = request.headers.get("content-type", BUNDLE_CONTENT_TYPE).split(";")[0].strip()
+        if kind != BUNDLE_CONTENT_TYPE:
+            return _problem(400, "bad_input", f"the content type must be {BUNDLE_CONTENT_TYPE}")
+        cap = settings.max_bundle_bytes
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > cap:
+            return _problem(413, "bundle_too_large", f"the bundle is larger than {cap} bytes")
+        directory = core.pusher.incoming_dir()
+        try:
+            path = directory / "upload.bundle"
+            try:
+                size = await write_capped(request.stream(), path, cap)
+            except BundleRefused as e:
+                return _problem(413, e.reason, e.detail)
+            taken = await core.pusher.take_bundle(path, revision, conversation)
+        finally:
+            shutil.rmtree(directory, ignore_errors=True)
+        if not taken.ok:
+            log.warning("bundle refused: %s", taken.message)
+            status = _BUNDLE_STATUS.get(taken.reason, 400)
+            return _problem(status, taken.reason, taken.detail)
+        return JSONResponse(BundleAccepted(revision=revision, bytes=size).model_dump(mode="json"))
 
     @app.post("/agents/{conversation}/deliver")
     async def deliver(conversation: str, request: Request) -> Response:
@@ -210,9 +274,11 @@ def create_app(core: Custodian) -> FastAPI:
             return _problem(503, "cluster_unavailable", str(e))
         workspace = (loaded.session.get("spec") or {}).get("workspace") or {}
         frozen = loaded.frozen_by.describe() if loaded.frozen_by is not None else None
+        protected = rules.branch_refusal(loaded.facts)  # as on every push (docs/delivery.md)
         record = await core.deliveries.deliver(
-            asked, str(workspace.get("ref") or "HEAD"), frozen=frozen
-        )
+            asked, str(workspace.get("ref") or "HEAD"), frozen=frozen, conversation=conversation,
+            protected=protected.reason if protected is not None else None,
+        )  # fmt: skip
         if record.state == "Failed":
             log.warning("delivery failed: %s", record.message)
         return JSONResponse(record.model_dump(mode="json"))

@@ -1,12 +1,19 @@
 """Delivery: the session's work pushed to its own branch at the end of every turn.
 
-The harness commits what the agent left, in the tools container and as the agent (the
-custodian never runs git inside the agent-writable repository), then asks for delivery. The
-custodian fetches that commit into its own mirror (`_git.GitPusher`: hooks, fsmonitor and
-filters off), checks that it descends from the head it knows (the last revision it pushed,
-else the Session's `spec.workspace.ref` as the remote has it), and pushes it to the session's
+The harness commits what the agent left, in the tools container and as the agent, then has
+the tools side write a git bundle of the commits since the base the custodian names
+(`GET /agents/{c}/bundle-base`, `bundle_base` here) and streams it to the custodian
+(`POST /agents/{c}/bundle`), which checks it and unpacks it into its own mirror
+(`_git.GitPusher.take_bundle`). Only then does it ask for delivery. The custodian never mounts
+or opens the workspace: it runs git only in its own mirror, on bytes it checked itself, so no
+file, config or symlink the agent left is ever resolved by a process holding a credential.
+
+Delivery takes the revision the harness names only if the mirror holds it (it was sent),
+checks that it descends from the head the custodian knows (the last revision it pushed, else
+the Session's `spec.workspace.ref` as the remote has it), and pushes it to the session's
 branch, fast-forward only. A commit that does not descend (the agent rewrote history) is
-refused, and so is anything while a Freeze holds the session.
+refused, and so is anything while a Freeze holds the session. Failures are worded in
+`_git.REASONS`, never in git's raw output.
 
 The record (`corral_api.wire.DeliveryRecord`) is kept on the state volume, so a restarted
 custodian still knows its last push, and served to the operator on its own port
@@ -22,23 +29,25 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from corral_api.wire import DeliverRequest, DeliveryRecord, DeliveryState
+from corral_api.wire import BundleBase, DeliverRequest, DeliveryRecord, DeliveryState
 
-from ._git import GitPusher
+from ._git import GitPusher, GitResult
 
 log = logging.getLogger("corral_custodian.delivery")
 
 RECORD_FILE = "delivery.json"
-_OUTPUT_LIMIT = 600
+
+
+class BaseUnavailable(Exception):
+    """The base a bundle should start from cannot be established (the remote's ref)."""
+
+    def __init__(self, result: GitResult) -> None:
+        super().__init__(result.message)
+        self.result = result
 
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _short(text: str) -> str:
-    text = text.strip()
-    return text if len(text) <= _OUTPUT_LIMIT else "..." + text[-_OUTPUT_LIMIT:]
 
 
 class Deliveries:
@@ -95,25 +104,67 @@ class Deliveries:
             )
         )
 
+    async def bundle_base(self, base_ref: str, conversation: str) -> BundleBase:
+        """The revision the mirror holds as this session's known head, which the harness's
+        next bundle needs only the commits after: the last push, else the Session's
+        `spec.workspace.ref` fetched from the remote; with no remote to push to, the
+        conversation's last sent tip; None when there is none of these (an empty remote):
+        the bundle must then be complete.
+
+        Raises BaseUnavailable when the remote's ref cannot be read."""
+        pusher, branch = self._pusher, self._branch or ""
+        if pusher is None:
+            return BundleBase(base=None, branch=branch)
+        async with self._lock:
+            if pusher.remote_refusal() is not None:
+                return BundleBase(base=await pusher.sent(conversation), branch=branch)
+            known = await pusher.pushed()
+            last = self.record.revision if self.record is not None else None
+            if known is None and last is not None and await pusher.has_commit(last):
+                known = last
+            if known is None:
+                fetched = await pusher.fetch_base(base_ref)
+                if fetched.reason == "ref_not_found":
+                    # An empty remote (or one without the ref): nothing to start from, the
+                    # bundle is complete; delivery then says why it cannot check descent.
+                    return BundleBase(base=None, branch=branch)
+                if not fetched.ok:
+                    raise BaseUnavailable(fetched)
+                known = fetched.revision
+            return BundleBase(base=known, branch=branch)
+
     async def deliver(
-        self, request: DeliverRequest, base_ref: str, *, frozen: str | None = None
+        self,
+        request: DeliverRequest,
+        base_ref: str,
+        *,
+        frozen: str | None = None,
+        conversation: str = "",
+        protected: str | None = None,
     ) -> DeliveryRecord:
-        """Deliver the harness's commit (or the workspace's HEAD when it made none).
+        """Deliver the harness's commit (or, when it named none, the conversation's last sent
+        tip), which must be in the custodian's mirror: the harness sent it as a bundle.
 
         `base_ref` is the Session's `spec.workspace.ref`, read from the cluster by the caller;
-        `frozen` describes the Freeze that holds the session, if one does.
+        `frozen` describes the Freeze that holds the session, if one does; `protected` why its
+        branch may receive nothing (`rules.branch_refusal`: outside the Agent's
+        spec.workspace.branches, or the branch its ref names).
         """
         async with self._lock:
-            return await self._deliver(request, base_ref, frozen)
+            return await self._deliver(request, base_ref, frozen, conversation, protected)
 
     async def _deliver(
-        self, request: DeliverRequest, base_ref: str, frozen: str | None
+        self,
+        request: DeliverRequest,
+        base_ref: str,
+        frozen: str | None,
+        conversation: str,
+        protected: str | None = None,
     ) -> DeliveryRecord:
         pusher, branch = self._pusher, self._branch
         if pusher is None or not branch:
-            what = "CORRAL_WORKSPACE" if pusher is None else "CORRAL_SESSION_BRANCH"
             return self._outcome(
-                "Failed", f"delivery is not configured: {what} is not set", request
+                "Failed", "delivery is not configured: CORRAL_SESSION_BRANCH is not set", request
             )
         refused = pusher.remote_refusal()
         if refused is not None:
@@ -121,24 +172,30 @@ class Deliveries:
             return self._outcome(
                 "Failed", refused, request, no_remote=True, attempted=request.revision
             )
+        if protected is not None:
+            return self._outcome("Failed", protected, request, attempted=request.revision)
         if frozen is not None:
             return self._outcome(
                 "Failed", f"not pushed: the session is {frozen}; the work is delivered with "
                 "the first turn after the freeze", request,
             )  # fmt: skip
-        fetched = await pusher.fetch_workspace()
-        if not fetched.ok:
-            return self._outcome("Failed", _short(fetched.output), request)
-        revision = request.revision or fetched.revision
+        revision = request.revision or await pusher.sent(conversation)
+        if revision is None:
+            return self._outcome(
+                "Failed", "not delivered: revision_not_sent: no revision was sent", request
+            )
         if not await pusher.has_commit(revision):
             return self._outcome(
-                "Failed", f"revision {revision} is not a commit of the workspace", request
+                "Failed",
+                f"not delivered: revision_not_sent: revision {revision} was not sent",
+                request,
+                attempted=revision,
             )
         known = self.record.revision if self.record is not None else None
         if known is None:
             base = await pusher.fetch_base(base_ref)
             if not base.ok:
-                return self._outcome("Failed", _short(base.output), request, attempted=revision)
+                return self._outcome("Failed", base.message, request, attempted=revision)
             known = base.revision
         if revision == known:
             return self._outcome(
@@ -156,7 +213,7 @@ class Deliveries:
         if not pushed.ok:
             return self._outcome(
                 "Failed",
-                f"git push to {branch} failed: {_short(pushed.output)}",
+                f"git push to {branch} failed: {pushed.message}",
                 request,
                 attempted=revision,
             )

@@ -25,7 +25,8 @@ from corral_api.hook_spec import HOOK_PHASES, AgentHooks, HookSpec
 
 from ._live import LiveError, LiveState
 from ._proxy import BodyTooLarge, read_capped
-from .settings import CustodianSettings
+from ._secrets import SecretTooShort
+from .settings import CustodianSettings, SettingsError, register_hook_secret
 
 log = logging.getLogger("corral_custodian.hooks")
 
@@ -78,6 +79,10 @@ def hook_headers(hook: HookSpec, secret_dir: Path | None) -> dict[str, str]:
                 "hook_secret_unavailable",
                 f"key {header.secret_key!r} of credentials.hookSecretRef is not there",
             ) from None
+        try:  # read afresh, so a rotated value is registered with the redactor before use
+            register_hook_secret(header.secret_key, secret)
+        except (SecretTooShort, SettingsError) as e:
+            raise HookProblem(503, "hook_secret_unavailable", str(e)) from None
         headers[header.name] = header.prefix + secret
     return headers
 

@@ -1,6 +1,7 @@
 """Plain httpx access to the Kubernetes API with the pod's projected service-account token.
 
-The token is read from its file on every request, because the kubelet rotates projected tokens.
+The token is read from its file on every request, because the kubelet rotates projected tokens;
+each new value is registered with the redactor before it is used.
 """
 
 from __future__ import annotations
@@ -10,7 +11,8 @@ from typing import Any
 
 import httpx
 
-from .settings import KubeSettings
+from . import _secrets
+from .settings import SERVICE_ACCOUNT_TOKEN, KubeSettings
 
 CORRAL = "/apis/corral.dev/v1alpha1"
 
@@ -25,6 +27,7 @@ class KubeError(Exception):
 class KubeClient:
     def __init__(self, settings: KubeSettings) -> None:
         self._settings = settings
+        self._registered = ""  # the token last registered with the redactor
         verify: ssl.SSLContext | bool = True
         if settings.ca_file is not None:
             verify = ssl.create_default_context(cafile=str(settings.ca_file))
@@ -35,6 +38,12 @@ class KubeClient:
 
     def _headers(self) -> dict[str, str]:
         token = self._settings.token_file.read_text().strip()
+        if token != self._registered:
+            try:
+                _secrets.register(SERVICE_ACCOUNT_TOKEN, token)
+            except _secrets.SecretTooShort as e:
+                raise OSError(str(e)) from None  # not sent: it could not be redacted
+            self._registered = token
         return {"Authorization": f"Bearer {token}", "Accept": "application/json"}
 
     async def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:

@@ -1,14 +1,18 @@
 """The model proxy: the harness's ANTHROPIC_BASE_URL points here, and only here is the key.
 
-Each request is checked before anything goes upstream: its size, the model (the Agent's or the
-Session's override only), max_tokens (clamped), the number of requests in flight, and the
-budget, against which the request's worst case (its input estimate and all of its max_tokens,
-at catalog prices) is reserved. The request then goes to the upstream Messages API with the
-custodian's key in place of whatever the caller sent; a streamed answer passes through chunk by
-chunk as it arrives. When the answer ends, however it ends (completed, upstream error, the
+Each request is checked before anything goes upstream: its size, its headers, its body (one
+JSON object, no key twice, only the fields and blocks the allowlist names: `model_rules`), the
+model (the Agent's or the Session's override only), max_tokens (clamped), the number of
+requests in flight, and the budget, against which the request's worst case (its input estimate
+and all of its max_tokens, at catalog prices) is reserved. What goes to the upstream Messages
+API is the custodian's own serialisation of the object it checked, never the caller's bytes,
+with the custodian's key and only the `anthropic-version` and allowed `anthropic-beta` headers;
+a streamed answer passes through chunk by chunk, byte for byte, as it arrives, while a parser
+observes it for usage. When the answer ends, however it ends (completed, upstream error, the
 caller gone, the custodian stopping), the reservation is settled to the usage the answer
-reported. Refusals are Anthropic-style error bodies; `x-should-retry` says whether the SDK may
-try again (a full concurrency slot: yes; a budget, model or size refusal: no).
+reported, or, when that cannot be read, to the whole reservation (`budget.stream_charge`).
+Refusals are Anthropic-style error bodies; `x-should-retry` says whether the SDK may try again
+(a full concurrency slot: yes; a budget, model, shape or size refusal: no).
 """
 
 from __future__ import annotations
@@ -30,24 +34,19 @@ from ._live import LiveError, LiveState
 from ._usage_store import UsageStore
 from .budget import (
     CallUsage,
+    Charge,
     StreamUsageReader,
+    body_charge,
     held_by,
     reservation_for,
     reservation_refusal,
-    usage_of_body,
+    stream_charge,
 )
-from .model_rules import ModelRefusal, check_request
+from .model_rules import ModelRefusal, check_request, encode_body, forwarded_headers, parse_body
 from .settings import CustodianSettings
 
 log = logging.getLogger("corral_custodian.proxy")
 
-# Never forwarded upstream: the caller's credentials, betas (they widen what a request may
-# make the provider do beyond what is checked here), hop-by-hop and recomputed headers.
-_DROP_REQUEST = {
-    "x-api-key", "authorization", "cookie", "host", "content-length", "connection",
-    "transfer-encoding", "accept-encoding", "proxy-authorization", "keep-alive",
-    "anthropic-beta",
-}  # fmt: skip
 _KEEP_RESPONSE = {"content-type", "request-id", "retry-after", "x-should-retry"}
 
 
@@ -93,6 +92,12 @@ class _Slot:
         self._proxy._in_flight -= 1
         self._proxy._usage.settle(self._ticket, actual)
 
+    def charge(self, charge: Charge) -> None:
+        """Settle to what an answer is charged, saying why when it is not its own usage."""
+        if charge.why and not self._done:
+            log.warning("model answer charged: %s", charge.why)
+        self.settle(charge.call)
+
 
 class _RelayedStream(StreamingResponse):
     """Pass an upstream SSE stream through, and settle when it ends however it ends.
@@ -107,7 +112,7 @@ class _RelayedStream(StreamingResponse):
         upstream: httpx.Response,
         headers: dict[str, str],
         reader: StreamUsageReader,
-        on_end: Callable[[], None],
+        on_end: Callable[[bool], None],
     ) -> None:
         super().__init__(
             _never(), status_code=upstream.status_code, headers=headers,
@@ -115,7 +120,8 @@ class _RelayedStream(StreamingResponse):
         )  # fmt: skip
         self._upstream = upstream
         self._reader = reader
-        self._on_end = on_end
+        self._on_end = on_end  # called with whether the upstream's stream ended (or broke)
+        self._upstream_ended = False
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         pump = asyncio.ensure_future(self._pump(send))
@@ -126,7 +132,8 @@ class _RelayedStream(StreamingResponse):
             pump.cancel()
             watch.cancel()
             self._reader.close()
-            self._on_end()  # synchronous: it happens even if this task is being cancelled
+            # Synchronous: it happens even if this task is being cancelled.
+            self._on_end(self._upstream_ended)
             await asyncio.gather(pump, watch, return_exceptions=True)
             await self._upstream.aclose()
 
@@ -140,7 +147,9 @@ class _RelayedStream(StreamingResponse):
                 async for chunk in self._upstream.aiter_raw():
                     self._reader.feed(chunk)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                self._upstream_ended = True
             except httpx.HTTPError as e:
+                self._upstream_ended = True
                 event = {"type": "error", "error": {"type": "api_error",
                          "message": f"the model upstream broke off the stream: {e}"}}  # fmt: skip
                 payload = f"event: error\ndata: {json.dumps(event)}\n\n".encode()
@@ -153,6 +162,11 @@ class _RelayedStream(StreamingResponse):
     async def _watch(receive: Receive) -> None:
         while (await receive())["type"] != "http.disconnect":
             pass
+
+
+def _refused(refusal: ModelRefusal) -> JSONResponse:
+    log.warning("model request refused: %s", refusal.message)
+    return anthropic_error(refusal.status, refusal.kind, refusal.message)
 
 
 async def _never() -> Any:
@@ -178,6 +192,9 @@ class ModelProxy:
         await self._http.aclose()
 
     async def messages(self, request: Request) -> Response:
+        headers = forwarded_headers(request.headers.items())
+        if isinstance(headers, ModelRefusal):
+            return _refused(headers)
         limit = self._settings.max_body_bytes
         try:
             raw = await read_capped(request, limit)
@@ -185,12 +202,9 @@ class ModelProxy:
             return anthropic_error(
                 413, "request_too_large", f"the request body is larger than {limit} bytes"
             )
-        try:
-            body: Any = json.loads(raw)
-        except ValueError:
-            return anthropic_error(400, "invalid_request_error", "the body is not JSON")
-        if not isinstance(body, dict):
-            return anthropic_error(400, "invalid_request_error", "the body must be an object")
+        body = parse_body(raw)
+        if isinstance(body, ModelRefusal):
+            return _refused(body)
         try:
             loaded = await self._live.load()
         except LiveError as e:
@@ -204,10 +218,10 @@ class ModelProxy:
         facts = loaded.facts
         checked = check_request(facts, body)
         if isinstance(checked, ModelRefusal):
-            log.warning("model request refused: %s", checked.message)
-            return anthropic_error(checked.status, checked.kind, checked.message)
-        if checked.changed:
-            raw = json.dumps(checked.body).encode()
+            return _refused(checked)
+        # What goes upstream is what was checked, as the custodian writes it: a body the
+        # provider would read otherwise than the check did cannot pass in the caller's bytes.
+        raw = encode_body(checked.body)
 
         cap = self._settings.max_in_flight
         if self._in_flight >= cap:
@@ -227,15 +241,14 @@ class ModelProxy:
         self._in_flight += 1
         slot = _Slot(self, self._usage.reserve(ask))
         try:
-            return await self._forward(request, raw, checked.model, slot, ask)
+            return await self._forward(headers, raw, checked.model, slot, ask)
         except BaseException:
             slot.settle(None)
             raise
 
     async def _forward(
-        self, request: Request, raw: bytes, model: str, slot: _Slot, ask: CallUsage
+        self, headers: dict[str, str], raw: bytes, model: str, slot: _Slot, ask: CallUsage
     ) -> Response:
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST}
         # Identity, so the bytes passed through are the bytes the usage reader can parse.
         headers["accept-encoding"] = "identity"
         headers["content-type"] = "application/json"
@@ -257,8 +270,9 @@ class ModelProxy:
         if upstream.status_code == 200 and content_type.startswith("text/event-stream"):
             reader = StreamUsageReader(model)
             return _RelayedStream(
-                upstream, out_headers, reader, lambda: slot.settle(reader.settled())
-            )
+                upstream, out_headers, reader,
+                lambda ended: slot.charge(stream_charge(reader, ask, upstream_ended=ended)),
+            )  # fmt: skip
         try:
             data = await upstream.aread()
         except BaseException:
@@ -267,11 +281,8 @@ class ModelProxy:
             raise
         finally:
             await upstream.aclose()
-        call: CallUsage | None = None
         if upstream.status_code == 200:
-            try:
-                call = usage_of_body(model, json.loads(data))
-            except ValueError:
-                call = ask  # an answer we cannot read still cost something
-        slot.settle(call)
+            slot.charge(body_charge(ask, data))
+        else:
+            slot.settle(None)  # a refusal by the provider: nothing was generated
         return Response(data, status_code=upstream.status_code, headers=out_headers)

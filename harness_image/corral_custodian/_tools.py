@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from ._delivery import Deliveries
 from ._git import GitPusher
 from ._kube import KubeClient, KubeError, corral_path
 from ._live import LiveError, LiveState, Loaded
+from ._secrets import redact
 from ._usage_store import UsageStore
 from .budget import Held, remaining
 from .menu import ALL_TOOLS, why_not_offered
@@ -44,6 +46,9 @@ class ToolResult:
 class ToolFailure(Exception):
     """The tool cannot run at all; the message becomes an error result."""
 
+
+# The conversation a Menu call came for (the route's path): `push` sends its last sent tip.
+_CONVERSATION: ContextVar[str] = ContextVar("conversation", default="")
 
 # What a freeze stops among the control tools: whatever starts work or changes the remote.
 FROZEN_TOOLS = frozenset({"spawn_child", "push", "land"})
@@ -92,12 +97,19 @@ class ControlTools:
             raise ToolFailure(str(e)) from e
 
     async def invoke(
-        self, name: str, tool_input: dict[str, Any], submission: str, *, gate: bool = False
+        self,
+        name: str,
+        tool_input: dict[str, Any],
+        submission: str,
+        *,
+        gate: bool = False,
+        conversation: str = "",
     ) -> ToolResult:
         """Run one Menu tool. `gate`: the harness's own approval gate asks (request_approval
         for a call its policy answered `ask`), which the Agent's allowlist does not govern."""
         if name not in ALL_TOOLS:
             raise KeyError(name)
+        _CONVERSATION.set(conversation)
         try:
             loaded = await self.load()
             if loaded.frozen_by is not None and name in FROZEN_TOOLS:
@@ -279,7 +291,7 @@ class ControlTools:
         if isinstance(ask, rules.Refusal):
             return _error(ask.reason)
         # The action as the tool that acts will look for it (`land` checks its own Approval).
-        action = rules.gate_action(ask)
+        action = rules.gate_action(ask, loaded.facts)
         if isinstance(action, rules.Refusal):
             return _error(action.reason)
         name = await self._create_approval(loaded, action)
@@ -300,7 +312,7 @@ class ControlTools:
         refused = toolmatch.forbidden_reason(toolmatch.menu_name("request_approval"))
         if refused is not None:
             return _error(refused)
-        action = rules.gate_action(ask)
+        action = rules.gate_action(ask, loaded.facts)
         if isinstance(action, rules.Refusal):
             return _error(action.reason)
         record = self._local_approvals.create(
@@ -381,11 +393,20 @@ class ControlTools:
         if isinstance(plan, rules.Refusal):
             return _error(plan.reason)
         if self._pusher is None:
-            return _error("push is not configured: CORRAL_WORKSPACE is not set")
-        result = await self._pusher.push_head(plan.branch)
+            return _error("push is not configured: the custodian has no mirror")
+        refused = self._pusher.remote_refusal()
+        if refused is not None:
+            return _error(f"git push to {plan.branch} refused: {redact(refused)}")
+        # The harness sends the workspace's commits as a bundle just before it calls push.
+        revision = await self._pusher.sent(_CONVERSATION.get())
+        if revision is None:
+            return _error(
+                f"git push to {plan.branch} failed: revision_not_sent: no commits were sent"
+            )
+        result = await self._pusher.push_to(revision, plan.branch)
         if not result.ok:
-            return _error(f"git push to {plan.branch} failed: {result.output}")
-        return ToolResult(f"pushed {result.revision} to {plan.branch}\n{result.output}")
+            return _error(f"git push to {plan.branch} failed: {result.message}")
+        return ToolResult(f"pushed {revision} to {plan.branch}")
 
     async def _land(self, loaded: Loaded, tool_input: dict[str, Any], _: str) -> ToolResult:
         assert self._kube is not None
@@ -412,8 +433,14 @@ class ControlTools:
                 ends_turn=True,
             )  # fmt: skip
         if self._pusher is None:
-            return _error("land is not configured: CORRAL_WORKSPACE is not set")
-        result = await self._pusher.push_revision(decision.revision, decision.target)
+            return _error("land is not configured: the custodian has no mirror")
+        # Only a revision the harness sent (a bundle into the mirror) can land.
+        if not await self._pusher.has_commit(decision.revision):
+            return _error(
+                f"landing on {decision.target} failed: revision_not_sent: "
+                f"{decision.revision} was not sent to the custodian"
+            )
+        result = await self._pusher.push_to(decision.revision, decision.target)
         if not result.ok:
-            return _error(f"landing on {decision.target} failed: {result.output}")
-        return ToolResult(f"landed {decision.revision} on {decision.target}\n{result.output}")
+            return _error(f"landing on {decision.target} failed: {result.message}")
+        return ToolResult(f"landed {decision.revision} on {decision.target}")

@@ -5,7 +5,8 @@ The proxy reads usage out of each answer (`message_start` and `message_delta` in
 reserves what the request could cost at most (`reservation_for`), and `reservation_refusal`
 says whether the budget can cover that on top of what is spent, held by requests in flight and
 given to children. `tokens` counts input + output + cache writes; the cost prices every token,
-cache reads included.
+cache reads included. When an answer ends, `stream_charge` or `body_charge` says what it is
+charged: its reported usage, or, when that cannot be read, the whole reservation (never zero).
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from corral_common.sse import EventStreamParser, EventTooLarge
 
 from .prices import call_cost, price_for
 
@@ -207,50 +210,69 @@ def reservation_for(model: str, body_bytes: int, max_tokens: int) -> CallUsage:
 class StreamUsageReader:
     """Follows a Messages SSE stream as it passes through and keeps the answer's usage.
 
-    Fed raw chunks in arrival order; lines may be split across chunks. It also counts the
-    bytes of generated content that passed, so a stream cut before its final usage report
-    (an abort, a disconnect, an upstream error) is still charged for what it generated.
+    Fed the raw chunks in arrival order, it only observes: the bytes go on to the caller as
+    they came. It parses them with the one event-stream parser the harness reads them with
+    (`corral_common.sse`: LF, CRLF or lone CR line ends, multi-line data), so what the harness
+    is shown is what is counted. It also counts the bytes of generated content that passed, so
+    a stream the caller cut before its final usage report is still charged for what it made.
     """
 
     def __init__(self, model: str) -> None:
         self.usage = CallUsage(model=model)
-        self.saw_usage = False
         self.saw_start = False
-        self.completed = False  # message_stop arrived: the final usage has been reported
+        self.final = False  # message_delta reported the cumulative output count
+        self.saw_input = False  # an input count was reported (message_start or message_delta)
+        self.completed = False  # message_stop arrived
+        self.errored = False  # the provider sent an `error` event
+        self.unreadable = ""  # why the stream could not be followed, once it could not
+        self.cut_inside_event = False  # it ended before an event's blank line
         self.content_bytes = 0
-        self._buffer = b""
+        self._parser = EventStreamParser()
 
     def feed(self, chunk: bytes) -> None:
-        self._buffer += chunk
-        *lines, self._buffer = self._buffer.split(b"\n")
-        for line in lines:
-            self._line(line.rstrip(b"\r"))
-
-    def close(self) -> None:
-        if self._buffer:
-            self._line(self._buffer.rstrip(b"\r"))
-            self._buffer = b""
-
-    def _line(self, line: bytes) -> None:
-        if not line.startswith(b"data:"):
+        if self.unreadable:
             return
         try:
-            event = json.loads(line[5:].strip())
+            events = self._parser.feed(chunk)
+        except EventTooLarge as e:
+            self.unreadable = str(e)
+            return
+        for event in events:
+            self._event(event.data)
+
+    def close(self) -> None:
+        self.cut_inside_event = self._parser.close()
+
+    def _event(self, data: str) -> None:
+        try:
+            event = json.loads(data)
         except ValueError:
             return
         if not isinstance(event, dict):
             return
-        if event.get("type") == "message_start":
-            message = event.get("message") or {}
+        kind = event.get("type")
+        if kind == "message_start":
+            message = event.get("message")
+            if not isinstance(message, dict):
+                return
             if isinstance(message.get("model"), str) and message["model"]:
                 self.usage.model = message["model"]
             self.saw_start = True
-            self._absorb(message.get("usage"))
-        elif event.get("type") == "message_delta":
-            self._absorb(event.get("usage"))
-        elif event.get("type") == "message_stop":
+            usage = message.get("usage")
+            if isinstance(usage, dict):
+                self.usage.absorb(usage)
+                self.saw_input = self.saw_input or _count(usage, "input_tokens")
+        elif kind == "message_delta":
+            usage = event.get("usage")
+            if isinstance(usage, dict):
+                self.usage.absorb(usage)
+                self.saw_input = self.saw_input or _count(usage, "input_tokens")
+                self.final = self.final or _count(usage, "output_tokens")
+        elif kind == "message_stop":
             self.completed = True
-        elif event.get("type") == "content_block_delta":
+        elif kind == "error":
+            self.errored = True
+        elif kind == "content_block_delta":
             delta = event.get("delta")
             if isinstance(delta, dict):
                 for key in ("text", "partial_json", "thinking"):
@@ -258,26 +280,92 @@ class StreamUsageReader:
                     if isinstance(value, str):
                         self.content_bytes += len(value.encode("utf-8"))
 
-    def settled(self) -> CallUsage | None:
-        """The usage to charge once the stream has ended, however it ended; None: nothing."""
-        if not self.saw_start and not self.saw_usage:
-            return None
+    def seen(self) -> CallUsage:
+        """What the stream showed: its reported counts, and at least a token for every four
+        bytes of content that came through when the final count did not."""
         call = CallUsage(**asdict(self.usage))
-        if not self.completed:
-            # Cut before the final count: charge at least what visibly came through.
+        if not self.final:
             call.output = max(call.output, math.ceil(self.content_bytes / 4))
         return call
 
-    def _absorb(self, usage: Any) -> None:
-        if isinstance(usage, dict):
-            self.usage.absorb(usage)
-            self.saw_usage = True
+
+@dataclass(frozen=True)
+class Charge:
+    """What one answer is charged, and, when that is not the usage it reported, why."""
+
+    call: CallUsage | None  # None: nothing (the provider refused before generating)
+    why: str = ""  # empty when the answer's own usage is charged
 
 
-def usage_of_body(model: str, body: Any) -> CallUsage | None:
-    """Usage of a non-streamed answer, or None when it reports none (an error, say)."""
-    if not isinstance(body, dict) or not isinstance(body.get("usage"), dict):
-        return None
-    call = CallUsage(model=str(body.get("model") or model))
-    call.absorb(body["usage"])
-    return call
+def _count(usage: dict[str, Any], name: str) -> bool:
+    value = usage.get(name)
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _at_least(ask: CallUsage, seen: CallUsage) -> CallUsage:
+    """The whole reservation, or more on each count the answer showed more of."""
+    return CallUsage(
+        model=seen.model or ask.model,
+        input=max(ask.input, seen.input),
+        output=max(ask.output, seen.output),
+        cache_read=seen.cache_read,
+        cache_write=seen.cache_write,
+    )
+
+
+def stream_charge(reader: StreamUsageReader, ask: CallUsage, *, upstream_ended: bool) -> Charge:
+    """What a 200 stream is charged once it is over, however it ended.
+
+    Its own final usage when it reported one. When the caller went away first (an abort, a
+    hang-up), the stream stopped being read: what it showed is charged, and at least the
+    input estimate, since the provider had the request. When the provider's stream ended
+    with an `error` event, what it showed (nothing when nothing began). Any other stream
+    that ended without its final usage (none at all, or no `message_delta` count, or a stream
+    the parser could not follow) is charged the whole reservation: an answer whose cost
+    cannot be read is never taken as free.
+    """
+    if reader.final and reader.saw_input and not reader.unreadable:
+        return Charge(CallUsage(**asdict(reader.usage)))
+    seen = reader.seen()
+    if not upstream_ended:
+        if not reader.saw_start:
+            return Charge(
+                CallUsage(model=ask.model, input=ask.input),
+                "the caller went away before the answer began: its input estimate is charged",
+            )
+        return Charge(seen, "the caller went away before the final usage: what came is charged")
+    if reader.errored and not reader.unreadable:
+        if not reader.saw_start:
+            return Charge(None, "the provider answered with an error event")
+        return Charge(seen, "the stream ended with an error event: what came is charged")
+    if reader.unreadable:
+        why = f"the stream could not be read ({reader.unreadable})"
+    elif reader.cut_inside_event and not reader.final:
+        why = "the stream ended inside an event, before its final usage"
+    elif not reader.saw_start and not reader.final:
+        why = "the stream reported no usage"
+    elif not reader.final:
+        why = "the stream ended without its final usage (message_delta)"
+    else:
+        why = "the stream reported no input count"
+    return Charge(_at_least(ask, seen), why + ": the whole reservation is charged")
+
+
+def body_charge(ask: CallUsage, data: bytes) -> Charge:
+    """What a 200 answer that is not a stream is charged: its usage, or, when that cannot be
+    read (not JSON, no usage, no input or output count), the whole reservation."""
+    try:
+        body = json.loads(data)
+    except ValueError:
+        return Charge(ask, "the answer is not JSON: the whole reservation is charged")
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return Charge(ask, "the answer reported no usage: the whole reservation is charged")
+    call = CallUsage(model=str(body.get("model") or ask.model))
+    call.absorb(usage)
+    if not (_count(usage, "input_tokens") and _count(usage, "output_tokens")):
+        return Charge(
+            _at_least(ask, call),
+            "the answer's usage has no input or output count: the whole reservation is charged",
+        )
+    return Charge(call)

@@ -31,6 +31,10 @@ class SessionFacts:
     turns_used: int = 0  # settled turns, from the Session's status
     read_only: bool = False
     branch: str | None = None  # the one branch push may target
+    # The Session's spec.workspace.ref: the branch it names is never the session branch.
+    ref: str | None = None
+    # Branches the ref was resolved to on the remote (its HEAD's branch), when the caller knows.
+    ref_branches: tuple[str, ...] = ()
     cluster: bool = False  # a Kubernetes API server is configured
     # No cluster, but `corral run`'s session tree: the children's tools work there.
     local_tree: bool = False
@@ -45,6 +49,16 @@ class SessionFacts:
     def max_depth(self) -> int:
         """The Agent's depth limit, never above the hard cap."""
         return min(self.agent.limits.max_depth, MAX_DEPTH_CAP)
+
+    @property
+    def session_branches(self) -> list[str]:
+        """The Agent's spec.workspace.branches: the patterns the session branch must match."""
+        return list(self.agent.workspace.branches)
+
+    @property
+    def land_targets(self) -> list[str] | None:
+        """The Agent's spec.landing.targets; never the Session's (it cannot set them)."""
+        return self.agent.landing.targets
 
     @property
     def max_children_per_turn(self) -> int:

@@ -11,13 +11,14 @@ ANTHROPIC_API_KEY or CORRAL_MODEL_KEY_FILE   the model key (the harness never ha
 CORRAL_SESSION_NAME / _NAMESPACE / _UID      the session this pod serves
 CORRAL_AGENT_NAME            its Agent, read from the cluster (default: the Session's agentRef)
 CORRAL_BUDGET_TOKENS, CORRAL_BUDGET_COST     the Session's budget; 0 or unset: no cap
-CORRAL_STATE_DIR             usage records (kept across restarts) and the push mirror
+CORRAL_STATE_DIR             usage records (kept across restarts) and the push mirror, into
+                             which the harness's bundles of the agent's commits are taken
+                             (the custodian never opens the workspace)
 CORRAL_AGENT_SPEC_FILE or CORRAL_AGENT_SPEC_JSON   the Agent spec when there is no cluster
 CORRAL_MODEL_OVERRIDE        the Session's overrides.model when there is no cluster
 CORRAL_KUBE_API, CORRAL_KUBE_TOKEN_FILE, CORRAL_KUBE_CA_FILE   the cluster; unset: none
 CORRAL_GIT_CREDENTIALS_FILE  git credential-store file used for push and land
 CORRAL_SESSION_BRANCH        the only branch push may target
-CORRAL_WORKSPACE             the workspace whose HEAD push sends
 CORRAL_GIT_REMOTE_URL        where push and land send (the Session's workspace.repo); the only
                              source of the remote, which must be a network URL
 CORRAL_READ_ONLY             1: no push, no land
@@ -25,6 +26,8 @@ CORRAL_LOCAL_SESSIONS_DIR    without a cluster: the session tree of `corral run`
                              children are created and read (docs/children.md)
 CORRAL_MAX_REQUEST_BYTES     largest request body accepted (default 8 MiB)
 CORRAL_MAX_MODEL_REQUESTS    model requests in flight at once (default 4)
+CORRAL_MAX_BUNDLE_BYTES      largest bundle of the agent's commits taken (default 64 MiB)
+CORRAL_MAX_BLOB_BYTES        largest object in such a bundle (default 32 MiB)
 """
 
 from __future__ import annotations
@@ -35,8 +38,9 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Generator
+from collections.abc import Coroutine, Generator
 from contextlib import contextmanager
+from typing import Any
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -46,7 +50,16 @@ from corral_common.catalog import CatalogError, check_catalog
 
 from ._adopt import ADOPT_KEY_ENV, serve_pooled
 from ._app import Custodian, create_app, create_operator_app
-from .settings import CustodianSettings, SettingsError, from_env
+from ._secrets import RedactResponses, redact, redact_handlers
+from .settings import (
+    CustodianSettings,
+    SettingsError,
+    from_env,
+    register_credentials,
+    register_model_key,
+)
+
+log = logging.getLogger("corral_custodian")
 
 
 class _Server(uvicorn.Server):
@@ -85,8 +98,9 @@ async def serve(settings: CustodianSettings) -> None:
 
 
 async def listen(listeners: list[tuple[ASGIApp, str, int]]) -> None:
-    """Serve each (app, host, port) until a signal, or until one listener ends."""
-    servers = [_server(app, host, port) for app, host, port in listeners]
+    """Serve each (app, host, port) until a signal, or until one listener ends. Every body a
+    listener answers leaves through the redactor (_secrets.RedactResponses)."""
+    servers = [_server(RedactResponses(app), host, port) for app, host, port in listeners]
 
     def stop() -> None:
         for server in servers:
@@ -115,28 +129,43 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"corral-custodian: {e}", file=sys.stderr)
         return 2
+    # Every line leaves redacted: the custodian's own, uvicorn's (its loggers propagate to the
+    # root handler, log_config=None) and a library's.
+    redact_handlers(logging.getLogger().handlers)
     # Its own notes (a run's first model request, facts kept) at INFO; the rest, warnings.
     logging.getLogger("corral_custodian").setLevel(logging.INFO)
     key = os.environ.get(ADOPT_KEY_ENV, "").strip()
     if key:  # a warm-pool pod: no Session until the operator adopts it (docs/warm-pool.md)
         try:
+            register_model_key(os.environ)  # held before the adopt; the rest come with it
             check_catalog()
-            asyncio.run(serve_pooled(os.environ, key, listen))
+            return _run(serve_pooled(os.environ, key, listen))
         except (SettingsError, CatalogError) as e:
-            print(f"corral-custodian: {e}", file=sys.stderr)
+            print(f"corral-custodian: {redact(str(e))}", file=sys.stderr)
             return 2
-        return 0
     try:
         settings = from_env(os.environ)
+        register_credentials(settings)  # before anything can answer or log a value
     except SettingsError as e:
-        print(f"corral-custodian: {e}", file=sys.stderr)
+        print(f"corral-custodian: {redact(str(e))}", file=sys.stderr)
         return 2
     try:
         check_catalog()  # the allowlist and the max_tokens clamp read it: a bad overlay stops here
     except CatalogError as e:
         print(f"corral-custodian: {e}", file=sys.stderr)
         return 2
-    asyncio.run(serve(settings))
+    return _run(serve(settings))
+
+
+def _run(main: Coroutine[Any, Any, None]) -> int:
+    """Run `main`; a crash is logged (so redacted) rather than printed raw by Python."""
+    try:
+        asyncio.run(main)
+    except (SettingsError, CatalogError):
+        raise
+    except Exception:
+        log.exception("the custodian stopped on an error")
+        return 1
     return 0
 
 

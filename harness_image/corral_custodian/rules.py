@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 from corral_api.digest import check_definition_digest
 from corral_api.evidence import verdict_for
 from corral_api.kinds import LandingCheck
+from corral_common.branches import landing_target_refusal, session_branch_refusal
 
 from ._digest import action_digest, canonical_json
 from .budget import Held, Remaining
@@ -363,12 +364,31 @@ class PushPlan:
 _NEVER_ON_PUSH = ("force", "forceWithLease", "tags", "delete", "mirror", "all", "prune")
 
 
+def branch_refusal(facts: SessionFacts) -> Refusal | None:
+    """Why nothing may be pushed to the session's branch at all, or None: it must match its
+    Agent's spec.workspace.branches and differ from the branch its ref names. Asked on every
+    push, delivery and land, as if the operator (which fails such a Session first) had been
+    bypassed."""
+    if not facts.branch:
+        return Refusal("this session has no branch to push to")
+    refused = session_branch_refusal(
+        facts.session_branches,
+        facts.branch,
+        ref=facts.ref,
+        ref_branches=facts.ref_branches,
+        agent=facts.agent_ref,
+    )
+    return None if refused is None else Refusal(f"the custodian pushes nothing: {refused}")
+
+
 def decide_push(facts: SessionFacts, tool_input: dict[str, Any]) -> PushPlan | Refusal:
     """Push goes to the session's own branch, as a plain fast-forward, or not at all."""
     if facts.read_only:
         return Refusal("a read-only session cannot push")
-    if not facts.branch:
-        return Refusal("this session has no branch to push to")
+    protected = branch_refusal(facts)
+    if protected is not None:
+        return protected
+    assert facts.branch is not None  # branch_refusal refuses a session without one
     for flag in _NEVER_ON_PUSH:
         if tool_input.get(flag):
             return Refusal(f"'{flag}' is never allowed: push only fast-forwards {facts.branch}")
@@ -510,6 +530,10 @@ def decide_land(
         return args
     if args["target"] == facts.branch:
         return Refusal("landing on the session's own branch is a push; use the push tool")
+    # Where land may reach is the Agent's alone; no Approval can widen it.
+    outside = landing_target_refusal(facts.land_targets, args["target"])
+    if outside is not None:
+        return Refusal(outside)
     digest = action_digest("land", args)
     binding = [a for a in approvals if approval_binds(a, facts, "land", digest)]
     # Each Approval's decision is final, but a later request may be decided differently:
@@ -618,18 +642,24 @@ def approval_request(tool_input: dict[str, Any]) -> AskApproval | Refusal:
 SELF_CHECKING_TOOLS = frozenset({"land"})
 
 
-def gate_action(ask: AskApproval) -> AskApproval | Refusal:
+def gate_action(ask: AskApproval, facts: SessionFacts | None = None) -> AskApproval | Refusal:
     """The action an approval gate asks about, as the tool that acts will look for it.
 
     The harness's gate names the call as the model made it (`mcp__corral__land` with the
     model's arguments); `land` looks for tool `land` with its normalised arguments. Any other
-    call (`bash` running `git merge`, ...) is asked about exactly as made."""
+    call (`bash` running `git merge`, ...) is asked about exactly as made. With `facts`, a land
+    no Approval could release (a target outside the Agent's spec.landing.targets) is refused
+    here, before a person is asked about it."""
     bare = ask.tool.removeprefix("mcp__corral__")
     if bare not in SELF_CHECKING_TOOLS:
         return ask
     args = land_arguments(ask.arguments)
     if isinstance(args, Refusal):
         return args
+    if facts is not None:
+        outside = landing_target_refusal(facts.land_targets, args["target"])
+        if outside is not None:
+            return Refusal(outside)
     return AskApproval(
         tool=bare,
         arguments=args,

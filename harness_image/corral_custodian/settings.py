@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from corral_api.kinds import AgentSpec
 from corral_common.memory import (
@@ -18,12 +19,15 @@ from corral_common.memory import (
     embedder_named,
 )
 
+from . import _secrets
 from .budget import Budget
 
 DEFAULT_ADDR = "127.0.0.1:8081"
 DEFAULT_UPSTREAM = "https://api.anthropic.com"
 DEFAULT_MAX_BODY_BYTES = 8 * 1024 * 1024
 DEFAULT_MAX_IN_FLIGHT = 4
+DEFAULT_MAX_BUNDLE_BYTES = 64 * 1024 * 1024
+DEFAULT_MAX_BLOB_BYTES = 32 * 1024 * 1024
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -65,11 +69,14 @@ class CustodianSettings:
     kube: KubeSettings | None
     git_credentials_file: Path | None
     session_branch: str | None
-    workspace: Path | None
     git_remote_url: str | None
     read_only: bool
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
+    # The largest bundle of the agent's commits taken (CORRAL_MAX_BUNDLE_BYTES), and the
+    # largest object in one (CORRAL_MAX_BLOB_BYTES); docs/delivery.md.
+    max_bundle_bytes: int = DEFAULT_MAX_BUNDLE_BYTES
+    max_blob_bytes: int = DEFAULT_MAX_BLOB_BYTES
     # The long-term memory store (docs/memory.md): a SQLite file, or a PostgreSQL DSN read
     # from a secret file; neither: the Agent's memory is unavailable (recall is fail-open).
     memory_sqlite: Path | None = None
@@ -178,6 +185,10 @@ def _embedder(env: Mapping[str, str], name: str) -> Embedder:
         raise SettingsError(f"{name}: {e}") from e
 
 
+def _model_key(env: Mapping[str, str]) -> str | None:
+    return env.get("ANTHROPIC_API_KEY") or _secret(env, "CORRAL_MODEL_KEY_FILE")
+
+
 def from_env(env: Mapping[str, str]) -> CustodianSettings:
     addr = env.get("CORRAL_CUSTODIAN_ADDR", DEFAULT_ADDR)
     host, port = _split_addr(addr, "CORRAL_CUSTODIAN_ADDR")
@@ -202,9 +213,7 @@ def from_env(env: Mapping[str, str]) -> CustodianSettings:
         if (operator_host, operator_port) == (host, port):
             raise SettingsError("the operator port must differ from CORRAL_CUSTODIAN_ADDR")
 
-    key = env.get("ANTHROPIC_API_KEY") or None
-    if key is None:
-        key = _secret(env, "CORRAL_MODEL_KEY_FILE")
+    key = _model_key(env)
     kube: KubeSettings | None = None
     api = env.get("CORRAL_KUBE_API", "").strip()
     if api:
@@ -249,11 +258,12 @@ def from_env(env: Mapping[str, str]) -> CustodianSettings:
         kube=kube,
         git_credentials_file=_path(env, "CORRAL_GIT_CREDENTIALS_FILE"),
         session_branch=env.get("CORRAL_SESSION_BRANCH", "").strip() or None,
-        workspace=_path(env, "CORRAL_WORKSPACE"),
         git_remote_url=env.get("CORRAL_GIT_REMOTE_URL", "").strip() or None,
         read_only=_flag(env, "CORRAL_READ_ONLY"),
         max_body_bytes=_positive(env, "CORRAL_MAX_REQUEST_BYTES", DEFAULT_MAX_BODY_BYTES),
         max_in_flight=_positive(env, "CORRAL_MAX_MODEL_REQUESTS", DEFAULT_MAX_IN_FLIGHT),
+        max_bundle_bytes=_positive(env, "CORRAL_MAX_BUNDLE_BYTES", DEFAULT_MAX_BUNDLE_BYTES),
+        max_blob_bytes=_positive(env, "CORRAL_MAX_BLOB_BYTES", DEFAULT_MAX_BLOB_BYTES),
         memory_sqlite=_path(env, "CORRAL_MEMORY_SQLITE"),
         memory_dsn=_secret(env, "CORRAL_MEMORY_DSN_FILE"),
         memory_embedder=_embedder(env, "CORRAL_MEMORY_EMBEDDER"),
@@ -267,3 +277,127 @@ def from_env(env: Mapping[str, str]) -> CustodianSettings:
     elif not settings.session_uid:
         raise SettingsError("CORRAL_SESSION_UID is required when a cluster is configured")
     return settings
+
+
+# --- the credentials this custodian holds, registered with the redactor ------------------------
+
+# Marker names: `[redacted:<name>]` is what a text shows in place of the value.
+MODEL_KEY = "model-key"
+CUSTODIAN_CREDENTIAL = "custodian-credential"
+WIRE_TOKEN = "wire-token"
+GIT_CREDENTIAL = "git-credential"
+MEMORY_DSN = "memory-dsn"
+MEMORY_PASSWORD = "memory-password"
+HOOK_SECRET = "hook-secret"
+SERVICE_ACCOUNT_TOKEN = "service-account-token"
+
+_MODEL_KEY_SOURCE = "the model key (ANTHROPIC_API_KEY or CORRAL_MODEL_KEY_FILE)"
+
+_LIBPQ_PASSWORD = re.compile(r"(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)")
+
+
+def register_credentials(settings: CustodianSettings) -> None:
+    """Register every credential `settings` names with the redactor, at start. A credential
+    too short to redact stops the start with a SettingsError naming it (never its value).
+    The service-account token and hook secrets are registered again whenever a later read
+    finds a new value (_kube.py, _hooks.py): they rotate."""
+    _register(MODEL_KEY, settings.model_key, _MODEL_KEY_SOURCE)
+    _register(CUSTODIAN_CREDENTIAL, settings.credential, "CORRAL_CUSTODIAN_CREDENTIAL_FILE")
+    _register(WIRE_TOKEN, settings.wire_token, "CORRAL_WIRE_TOKEN_FILE")
+    if settings.git_credentials_file is not None:
+        register_git_credentials(settings.git_credentials_file)
+    if settings.memory_dsn is not None:
+        register_dsn(settings.memory_dsn)
+    if settings.hook_secret_dir is not None:
+        register_hook_secrets(settings.hook_secret_dir)
+    if settings.kube is not None:
+        try:
+            token = settings.kube.token_file.read_text()
+        except OSError:
+            token = None  # the first API call reports it; nothing to redact yet
+        _register(SERVICE_ACCOUNT_TOKEN, token, "CORRAL_KUBE_TOKEN_FILE")
+
+
+def register_model_key(env: Mapping[str, str]) -> None:
+    """A pooled custodian holds the Agent's model key before it is adopted: registered then."""
+    _register(MODEL_KEY, _model_key(env), _MODEL_KEY_SOURCE)
+
+
+def _register(name: str, value: str | None, source: str) -> None:
+    try:
+        _secrets.register(name, value)
+    except _secrets.SecretTooShort as e:
+        raise SettingsError(f"{source} cannot be used: {e}") from None
+
+
+def _register_basic(name: str, user: str, password: str, source: str) -> None:
+    try:
+        _secrets.register_basic(name, user, password)
+    except _secrets.SecretTooShort as e:
+        raise SettingsError(f"{source} cannot be used: {e}") from None
+
+
+def register_git_credentials(path: Path) -> None:
+    """Each `https://user:token@host` line of a git credential-store file: the token, and the
+    `user:token` pair (as in the URL, and as the HTTP Basic header carries it). A file that
+    cannot be read registers nothing: git cannot use it either."""
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError):
+        return
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            url = urlsplit(line)
+            user, password = url.username, url.password
+        except ValueError:
+            continue  # not a URL: git skips the line too
+        if password:
+            source = f"line {number} of CORRAL_GIT_CREDENTIALS_FILE"
+            _register_basic(GIT_CREDENTIAL, unquote(user or ""), unquote(password), source)
+
+
+def register_dsn(dsn: str) -> None:
+    """The memory DSN whole, and its password (URL form, its `?password=`, or libpq's
+    `password=...`), with the login pair as in the URL."""
+    _register(MEMORY_DSN, dsn, "CORRAL_MEMORY_DSN_FILE")
+    source = "the password in CORRAL_MEMORY_DSN_FILE"
+    if "://" in dsn:
+        try:
+            url = urlsplit(dsn)
+            user, password = url.username, url.password
+        except ValueError:
+            return
+        if password:
+            _register_basic(MEMORY_PASSWORD, unquote(user or ""), unquote(password), source)
+        for value in parse_qs(url.query).get("password", []):
+            _register(MEMORY_PASSWORD, value, source)
+        return
+    for match in _LIBPQ_PASSWORD.finditer(dsn):
+        value = match.group(1)
+        if value.startswith("'") and value.endswith("'"):
+            value = re.sub(r"\\(.)", r"\1", value[1:-1])
+        _register(MEMORY_PASSWORD, value, source)
+
+
+def register_hook_secrets(directory: Path) -> None:
+    """Every key of the mounted credentials.hookSecretRef (a Secret volume's `..data` links
+    and timestamped directories are not keys)."""
+    try:
+        entries = sorted(directory.iterdir())
+    except OSError:
+        return  # a hook that needs it reports it
+    for entry in entries:
+        if entry.name.startswith(".."):
+            continue
+        try:
+            value = entry.read_text() if entry.is_file() else None
+        except (OSError, UnicodeDecodeError):
+            continue
+        register_hook_secret(entry.name, value)
+
+
+def register_hook_secret(key: str, value: str | None) -> None:
+    _register(HOOK_SECRET, value, f"key {key!r} of CORRAL_HOOK_SECRET_DIR")

@@ -153,7 +153,10 @@ func newEventStream(w http.ResponseWriter) *eventStream {
 	return &eventStream{w: w, rc: http.NewResponseController(w)}
 }
 
-func (e *eventStream) send(ev execEvent) {
+func (e *eventStream) send(ev execEvent) { e.write(ev, ev.Type == "exit") }
+
+// write sends one event; the last (final) is flushed at once.
+func (e *eventStream) write(ev any, final bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if !e.started {
@@ -163,7 +166,7 @@ func (e *eventStream) send(ev execEvent) {
 	}
 	data, _ := json.Marshal(ev)
 	_, _ = e.w.Write(append(data, '\n'))
-	if ev.Type == "exit" {
+	if final {
 		if e.pending != nil {
 			e.pending.Stop()
 			e.pending = nil

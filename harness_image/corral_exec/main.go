@@ -17,6 +17,9 @@
 //	                             {"type":"output","data":base64}* [{"type":"cut","bytes":N}
 //	                             {"type":"output",...}] {"type":"exit","exitCode":N,"timedOut":b,
 //	                             "surveys":{name: generation}} (after the command: generation.go)
+//	POST /v1/exec/stdout         {argv, cwd, timeoutSeconds, maxBytes} -> NDJSON (stdout.go):
+//	                             {"type":"stdout","data":base64}* {"type":"exit","exitCode":N,
+//	                             "timedOut":b,"overflow":b,"bytes":N,"stderr":base64}
 //	POST /v1/files/resolve       {path} -> {verdict, path, kind}
 //	POST /v1/files/read          {path, offset, limit, maxBytes} -> {path, lines, more, clipped}
 //	POST /v1/files/get           {path, maxBytes} -> {content}            (valid UTF-8 only)

@@ -97,6 +97,7 @@ func (s *Service) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("POST /v1/exec", s.exec)
+	mux.HandleFunc("POST /v1/exec/stdout", s.execStdout)
 	mux.Handle("POST /v1/files/resolve", jsonHandler(s.resolve))
 	mux.Handle("POST /v1/files/read", jsonHandler(s.read))
 	mux.Handle("POST /v1/files/get", jsonHandler(s.get))

@@ -121,7 +121,10 @@ def create_app(
         raise ValueError(f"the wire token file {config.token_file} is empty")
     engine_loader = engine or chosen_engine_loader(config)
     engine_warm: list[asyncio.Future[EngineAdapter]] = []  # the load started at boot
-    menu = MenuClient(config.custodian_url, credential=config.custodian_credential())
+    # The workspace: `push` and `land` first hand the custodian the commits as a bundle.
+    menu = MenuClient(
+        config.custodian_url, credential=config.custodian_credential(), workspace=workspace
+    )
     # A read-only session changes nothing, so it commits and delivers nothing.
     delivery: TurnDelivery | None = None
     if not config.read_only:

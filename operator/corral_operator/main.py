@@ -70,6 +70,17 @@ def _positive(text: str) -> int:
     return _at_least_one(text, "a count")
 
 
+# Below this an ordinary admission or refusal answer would not fit.
+MIN_HISTORY_BYTES = 64 * 1024
+
+
+def _history_bytes(text: str) -> int:
+    value = _at_least_one(text, "a number of bytes")
+    if value < MIN_HISTORY_BYTES:
+        raise argparse.ArgumentTypeError(f"must be at least {MIN_HISTORY_BYTES} bytes")
+    return value
+
+
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     d = OperatorSettings()
     p = argparse.ArgumentParser(prog="corral-operator", description=__doc__)
@@ -122,6 +133,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--custodian-uid", type=_uid, default=d.custodian_uid)
     p.add_argument("--fs-group", type=_uid, default=d.fs_group)
     p.add_argument("--wire-wait-seconds", type=float, default=d.wire_wait_seconds)
+    p.add_argument(
+        "--max-history-bytes",
+        type=_history_bytes,
+        default=d.max_history_bytes,
+        help="the most read of one harness answer (its history) or one archived object; "
+        "beyond it the read stops and the Session's condition says so (default 64 MiB)",
+    )
     p.add_argument(
         "--api-writes-in-flight",
         type=_positive,
@@ -279,6 +297,7 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         custodian_uid=args.custodian_uid,
         fs_group=args.fs_group,
         wire_wait_seconds=args.wire_wait_seconds,
+        max_history_bytes=args.max_history_bytes,
         api_writes_in_flight=args.api_writes_in_flight,
         local_repo_root=args.local_repo_root,
         archive_dir=args.archive_dir or None,
@@ -370,6 +389,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             secure_cookie=args.console_secure_cookie,
             # Its own store object: the console runs on its own thread (docs/console.md).
             archive=archive_store(_SETTINGS),
+            max_history_bytes=_SETTINGS.max_history_bytes,
         )
     if not collector.acyclic_kopf_bodies():  # an event's body freed when dropped (ADR 0091)
         logging.getLogger(__name__).warning("kopf's Body is of an unknown shape: left as is")

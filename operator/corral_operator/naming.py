@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 
+from corral_common.branches import default_session_branch
+
 LABEL_SESSION = "corral.dev/session"
 LABEL_AGENT = "corral.dev/agent"
 LABEL_PARENT = "corral.dev/parent"
@@ -44,8 +46,8 @@ def evidence_pod_name(evidence: str) -> str:
 
 
 def session_branch(session: str) -> str:
-    """The branch the sandbox's checkout is made on."""
-    return f"corral/{session}"
+    """A Session's branch when spec.workspace.branch is unset (corral_common.branches)."""
+    return default_session_branch(session)
 
 
 def label_value(value: str) -> str:

@@ -13,7 +13,8 @@ dicts in unit tests. Three roles, three containers, three uids (docs/decisions/0
   `Agent.spec.sandbox.image` sets its image, and only its image.
 - `custodian` (the keys, uid 10003) holds the model key, the git credentials and the pod's only
   service-account token (projected, audience-bound, short-lived). It answers the harness on one
-  port (the credential) and the operator on another (the wire token; its usage record).
+  port (the credential) and the operator on another (the wire token; its usage record). It
+  does not mount the workspace: the agent's commits reach it as a bundle the tools side writes.
 
 Init containers copy the exec service onto a shared volume and clone the workspace (as the
 tools uid, so the agent owns its files). The pod's fsGroup is shared: Secrets are kept from a
@@ -31,6 +32,7 @@ from typing import Any
 
 from corral_api import API_VERSION
 from corral_api.kinds import Agent, Budget, EgressRule, Session
+from corral_common.checkout import CHECKOUT_GIT_ENV
 from corral_common.checkout import CHECKOUT_SCRIPT as CHECKOUT_SCRIPT  # evidencepod uses it
 from corral_common.logs import LOG_FORMAT_ENV
 
@@ -464,6 +466,8 @@ def build_pod(
         _empty_dir("state", sizes.state),
         _empty_dir("harness-tmp", sizes.tmp),
         _empty_dir("tools-tmp", sizes.tmp),
+        # The checkout's own HOME and /tmp: never the agent's, which a re-run would trust.
+        _empty_dir("checkout-home", sizes.tmp),
         _empty_dir("custodian-state", sizes.state),
         _empty_dir("custodian-tmp", sizes.tmp),
         _empty_dir("exec-bin", sizes.exec_bin),
@@ -513,9 +517,12 @@ def build_pod(
     }
 
     # --- init 2: the checkout, as the tools uid, with git credentials when the Agent has them.
+    # It runs again in this pod after a node or runtime restart, when the agent has had the
+    # workspace and its /tmp: its HOME and /tmp are a volume no other container mounts, and the
+    # script reads no git configuration but its command line's (corral_common.checkout).
     checkout_mounts: list[dict[str, Any]] = [
         _mount("workspace", WORKSPACE_MOUNT),
-        _mount("tools-tmp", "/tmp"),
+        _mount("checkout-home", "/tmp"),
     ]
     checkout_args = [
         "-c",
@@ -523,11 +530,12 @@ def build_pod(
         "checkout",
         repo,
         spec.workspace.ref,
-        naming.session_branch(name),
+        branch,  # the session branch itself, which the checkout refuses when the ref names it
         WORKSPACE_MOUNT,
     ]
+    # No workspace: the agent's commits reach the custodian as a bundle (docs/delivery.md),
+    # so nothing the agent wrote is resolved by a process holding a credential.
     custodian_mounts: list[dict[str, Any]] = [
-        _mount("workspace", WORKSPACE_MOUNT, read_only=True),
         _mount("custodian-state", CUSTODIAN_STATE_MOUNT),
         _mount("custodian-tmp", "/tmp"),
         _mount("wire", WIRE_DIR, read_only=True),
@@ -552,7 +560,6 @@ def build_pod(
         _env("CORRAL_KUBE_API", settings.kube_api_url),
         _env("CORRAL_KUBE_TOKEN_FILE", f"{KUBE_TOKEN_DIR}/token"),
         _env("CORRAL_SESSION_BRANCH", branch),
-        _env("CORRAL_WORKSPACE", WORKSPACE_MOUNT),
         _env("CORRAL_GIT_REMOTE_URL", repo),
         _env("CORRAL_READ_ONLY", "true" if spec.read_only else "false"),
         *_budget_env(effective),
@@ -621,7 +628,7 @@ def build_pod(
         "image": settings.image,
         "command": ["sh"],
         "args": checkout_args,
-        "env": [_env("HOME", "/tmp"), _env("GIT_TERMINAL_PROMPT", "0")],
+        "env": [_env("HOME", "/tmp"), *(_env(k, v) for k, v in CHECKOUT_GIT_ENV)],
         "volumeMounts": checkout_mounts,
         "resources": defaults.checkout.wire(),
         "securityContext": dict(tools_security),

@@ -146,7 +146,8 @@ def build_pool_pod(
     pod = copy.deepcopy(cold)
     spec = pod["spec"]
     spec["initContainers"] = [c for c in spec["initContainers"] if c["name"] != "checkout"]
-    spec["volumes"] = [v for v in spec["volumes"] if v["name"] != "wire"]
+    # The checkout's HOME goes with it (an adopt's checkout runs in the tools container).
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] not in ("wire", "checkout-home")]
     digests = {
         "harness": hashlib.sha256(harness_key.encode()).hexdigest(),
         "custodian": hashlib.sha256(custodian_key.encode()).hexdigest(),

@@ -456,6 +456,7 @@ class SessionLoop:
             deadline_seconds=self._rt.settings.archive_deadline_seconds,
             cause=cause,
             transport=self._rt.wire_transport,
+            max_history_bytes=self._rt.settings.max_history_bytes,
         )
         self._archive_retry = done.retry_after
         if done.status is not None:
@@ -543,6 +544,7 @@ class SessionLoop:
             token=token,
             poll_wait=self._rt.settings.wire_wait_seconds,
             transport=self._rt.wire_transport,
+            max_answer_bytes=self._rt.settings.max_history_bytes,
         )
         custodian = f"http://{plan.pod_ip}:{self._rt.settings.custodian_operator_port}"
 
@@ -711,5 +713,11 @@ async def abort_turn(runtime: Runtime, body: dict[str, Any]) -> bool:
     token = await read_wire_token(runtime.kube, md["namespace"], md["name"], md.get("uid", ""))
     agent_ref = body["spec"]["agentRef"]
     url = f"http://{ip}:{runtime.settings.harness_port}"
-    async with WireClient(url, agent_ref, token=token, transport=runtime.wire_transport) as client:
+    async with WireClient(
+        url,
+        agent_ref,
+        token=token,
+        transport=runtime.wire_transport,
+        max_answer_bytes=runtime.settings.max_history_bytes,
+    ) as client:
         return await client.abort(md["name"], submission_id=ledger.get("submissionId"))

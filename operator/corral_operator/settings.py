@@ -108,6 +108,10 @@ class OperatorSettings:
     volume_sizes: VolumeSizes = field(default_factory=VolumeSizes)
     # Long-poll window for one wait call on the wire, in seconds.
     wire_wait_seconds: float = 20.0
+    # The most the operator reads of any one answer of a harness (its history above all) and
+    # of any one archived object: beyond it the read stops and the connection is closed, so a
+    # compromised harness cannot exhaust the operator's memory (docs/operations.md).
+    max_history_bytes: int = 64 * 1024 * 1024
     # Updates and deletes the operator keeps in flight at once (kube.py; ADR 0091).
     api_writes_in_flight: int = 6
     # A development aid for local clusters (`make dev-cluster`), off by default: an absolute

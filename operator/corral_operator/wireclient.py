@@ -4,12 +4,19 @@ One httpx client for the operator and `corral run`. `wait` long-polls from the a
 and reconnects without end on transport errors and 5xx, with a capped backoff: a harness that is
 gone for good shows up as a lost pod elsewhere, or as a 404 here once it is back without the
 conversation. It returns on `completed` alone and raises a typed fault otherwise.
+
+Every answer is read as a stream, never whole on trust: a harness may be compromised, and its
+history grows with the session. A successful answer larger than `max_answer_bytes` (the
+operator's `--max-history-bytes`) stops the read at the cap, closes the connection and raises
+`AnswerTooLarge`; a refusal's words are read up to `REFUSAL_READ_BYTES` and clipped. Each call
+also has one deadline for the whole answer, so a harness that drips bytes cannot hold it open.
 """
 
 from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -28,15 +35,19 @@ from corral_api.wire import (
 
 from .driver._faults import (
     AdmissionRejected,
+    AnswerTooLarge,
     ConversationLost,
     SettlementFault,
     WireFault,
     WireRequestFailed,
 )
 from .driver._ports import CheckResult, EventSink
+from .settings import OperatorSettings
 
 __all__ = [
+    "DEFAULT_MAX_ANSWER_BYTES",
     "AdmissionRejected",
+    "AnswerTooLarge",
     "CheckResult",
     "ConversationLost",
     "SettlementFault",
@@ -46,7 +57,62 @@ __all__ = [
 ]
 
 
-def _reason(response: httpx.Response) -> str:
+DEFAULT_MAX_ANSWER_BYTES = OperatorSettings().max_history_bytes
+# A refusal is shown as at most 500 characters of its reason: no more of it is ever read.
+REFUSAL_READ_BYTES = 64 * 1024
+_IDENTITY = ("", "identity")
+
+
+class _Answer:
+    """One answer of the harness, read up to a cap: its status and its bytes."""
+
+    def __init__(self, status_code: int, reason_phrase: str, content: bytes | bytearray) -> None:
+        self.status_code = status_code
+        self.reason_phrase = reason_phrase
+        self.content = content
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+    @property
+    def text(self) -> str:
+        return bytes(self.content).decode("utf-8", errors="replace")
+
+
+async def read_capped(response: httpx.Response, limit: int, what: str) -> bytearray:
+    """The body of a streamed `response`, at most `limit` bytes of it. Past the cap it raises
+    `AnswerTooLarge` without reading on (the caller closes the response, and the connection
+    with it). Only identity-encoded bodies are read: a compressed one would be inflated in
+    memory before it could be counted."""
+    encoding = response.headers.get("content-encoding", "").strip().lower()
+    if encoding not in _IDENTITY:
+        raise WireRequestFailed(
+            what, response.status_code, f"the answer is encoded ({encoding}); only identity is read"
+        )
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise AnswerTooLarge(what, limit)
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        if len(body) + len(chunk) > limit:
+            raise AnswerTooLarge(what, limit)
+        body += chunk
+    return body
+
+
+async def _read_refusal(response: httpx.Response) -> bytearray:
+    """The first REFUSAL_READ_BYTES of a refusal's body; the rest is never read."""
+    if response.headers.get("content-encoding", "").strip().lower() not in _IDENTITY:
+        return bytearray()
+    body = bytearray()
+    async for chunk in response.aiter_bytes():
+        body += chunk[: REFUSAL_READ_BYTES - len(body)]
+        if len(body) >= REFUSAL_READ_BYTES:
+            break
+    return body
+
+
+def _reason(response: _Answer) -> str:
     """The harness's own words for a refusal: ErrorBody.reason, FastAPI's detail, or the text."""
     try:
         body = response.json()
@@ -56,11 +122,11 @@ def _reason(response: httpx.Response) -> str:
         for key in ("reason", "detail", "error", "message"):
             if body.get(key):
                 value = body[key]
-                return value if isinstance(value, str) else str(value)
+                return value[:500] if isinstance(value, str) else str(value)[:500]
     return str(body)[:500]
 
 
-def _body(response: httpx.Response) -> dict[str, Any]:
+def _body(response: _Answer) -> dict[str, Any]:
     try:
         body = response.json()
     except ValueError:
@@ -81,8 +147,15 @@ class WireClient:
         backoff_initial: float = 0.05,
         backoff_cap: float = 2.0,
         transport: httpx.AsyncBaseTransport | None = None,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        if max_answer_bytes < 1:
+            raise ValueError(f"max_answer_bytes must be positive, not {max_answer_bytes}")
+        # Identity only: a compressed answer could not be counted before it is inflated.
+        headers = {"Accept-Encoding": "identity"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._max_answer_bytes = max_answer_bytes
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
             headers=headers,
@@ -108,18 +181,47 @@ class WireClient:
         conv = quote(conversation, safe="")
         return f"/agents/{agent}/{conv}{suffix}"
 
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        what: str,
+        *,
+        body: Any = None,
+        params: dict[str, str | int | float] | None = None,
+        timeout: float = 30.0,
+    ) -> _Answer:
+        """One request; its answer read up to the cap within `timeout` in all, and closed."""
+        request = self._http.build_request(method, path, json=body, params=params, timeout=timeout)
+        try:
+            async with asyncio.timeout(timeout):
+                response = await self._http.send(request, stream=True)
+                try:
+                    if response.status_code >= 400:
+                        content = await _read_refusal(response)
+                    else:
+                        content = await read_capped(response, self._max_answer_bytes, what)
+                finally:
+                    # Unread bytes left: httpx closes the connection rather than reuse it.
+                    await response.aclose()
+        except TimeoutError:
+            raise httpx.ReadTimeout(
+                f"the harness's {what} answer took longer than {timeout:g}s", request=request
+            ) from None
+        return _Answer(response.status_code, response.reason_phrase, content)
+
     # --------------------------------------------------------------------------- verbs
 
     async def admit(self, conversation: str, request: AdmitRequest) -> AdmitResponse:
         body = request.model_dump(mode="json", exclude_none=True, by_alias=True)
-        response = await self._http.post(self._path(conversation), json=body)
+        response = await self._call("POST", self._path(conversation), "admission", body=body)
         if response.status_code == 404:
             raise ConversationLost(conversation, _reason(response))
         if 400 <= response.status_code < 500:
             raise AdmissionRejected(response.status_code, _reason(response), _body(response))
         if response.status_code >= 500:
             raise WireRequestFailed("admission", response.status_code, _reason(response))
-        return AdmitResponse.model_validate(response.json())
+        return AdmitResponse.model_validate_json(response.content)
 
     async def updates(
         self, conversation: str, offset: int = 0, wait: float | None = None
@@ -131,9 +233,9 @@ class WireClient:
             raise WireRequestFailed("updates", passing.status_code, passing.reason) from None
 
     async def history(self, conversation: str) -> UpdatesResponse:
-        response = await self._http.get(self._path(conversation, "/history"))
+        response = await self._call("GET", self._path(conversation, "/history"), "history")
         self._raise_for_view(response, conversation, "history")
-        return UpdatesResponse.model_validate(response.json())
+        return UpdatesResponse.model_validate_json(response.content)
 
     async def abort(
         self, conversation: str, *, cause: str | None = None, submission_id: str | None = None
@@ -143,29 +245,31 @@ class WireClient:
             body["cause"] = cause
         if submission_id is not None:
             body["submissionId"] = submission_id
-        response = await self._http.post(self._path(conversation, "/abort"), json=body)
+        response = await self._call("POST", self._path(conversation, "/abort"), "abort", body=body)
         if response.status_code >= 400:
             raise WireRequestFailed("abort", response.status_code, _reason(response))
-        return AbortResponse.model_validate(response.json()).aborted
+        return AbortResponse.model_validate_json(response.content).aborted
 
     async def end(
         self, conversation: str, *, agent: AgentSpec | None = None, phase: str | None = None
     ) -> EndResponse:
         body = EndRequest(agent=agent, phase=phase)
-        response = await self._http.post(
+        response = await self._call(
+            "POST",
             self._path(conversation, "/end"),
-            json=body.model_dump(mode="json", exclude_none=True, by_alias=True),
+            "end",
+            body=body.model_dump(mode="json", exclude_none=True, by_alias=True),
         )
         if response.status_code >= 400:
             raise WireRequestFailed("end", response.status_code, _reason(response))
-        return EndResponse.model_validate(response.json())
+        return EndResponse.model_validate_json(response.content)
 
     async def checks(self, command: str, timeout_seconds: int | None = None) -> CheckResult:
         body: dict[str, Any] = {"command": command}
         if timeout_seconds is not None:
             body["timeoutSeconds"] = timeout_seconds
         budget = (timeout_seconds or 300) + 30.0
-        response = await self._http.post("/checks", json=body, timeout=budget)
+        response = await self._call("POST", "/checks", "check", body=body, timeout=budget)
         if response.status_code >= 400:
             raise WireRequestFailed("check", response.status_code, _reason(response))
         data = response.json()
@@ -185,7 +289,9 @@ class WireClient:
 
         Every event received is handed to `on_event` in order (events of other submissions
         too: the caller keeps the transcript). Returns the settlement when `completed`; raises
-        `SettlementFault` for failed/ended/aborted and `ConversationLost` on a 404.
+        `SettlementFault` for failed/ended/aborted, `ConversationLost` on a 404, and
+        `AnswerTooLarge` on a page over the cap (not retried: every later page from this
+        offset holds at least as much).
         """
         path = self._stream_path(conversation, ledger.stream_url)
         offset = ledger.offset
@@ -233,14 +339,14 @@ class WireClient:
         if wait is not None:
             params["wait"] = wait
             timeout = wait + 15.0
-        response = await self._http.get(path, params=params, timeout=timeout)
+        response = await self._call("GET", path, "updates", params=params, timeout=timeout)
         if response.status_code >= 500 or response.status_code == 429:
             raise _Retry(response.status_code, _reason(response))
         self._raise_for_view(response, conversation, "updates")
-        return UpdatesResponse.model_validate(response.json())
+        return UpdatesResponse.model_validate_json(response.content)
 
     @staticmethod
-    def _raise_for_view(response: httpx.Response, conversation: str, what: str) -> None:
+    def _raise_for_view(response: _Answer, conversation: str, what: str) -> None:
         if response.status_code == 404:
             raise ConversationLost(conversation, _reason(response))
         if response.status_code >= 400:

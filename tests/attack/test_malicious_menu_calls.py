@@ -84,6 +84,8 @@ def _plant(home: str) -> str:
     return "\n".join(
         [
             "set -e",
+            # The checkout clones without templates: the agent makes the directories it plants in.
+            "mkdir -p .git/hooks .git/info",
             "echo work > out.txt && git add out.txt",
             "git -c user.name=a -c user.email=a@a commit -qm work",
             "echo REV=$(git rev-parse HEAD)",

@@ -10,13 +10,14 @@ The sandbox pods run on the local node; the model is the project's scripted serv
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import signal
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -42,6 +43,7 @@ __all__ = [
     "OPERATOR_NAMESPACE",
     "OPERATOR_SA",
     "SANDBOX_SA",
+    "OperatorExtras",
     "OperatorHandle",
     "ScriptedModelHandle",
     "apply_docs",
@@ -109,6 +111,42 @@ def scripted_model() -> Iterator[ScriptedModelHandle]:
 # -------------------------------------------------------------------------------- operator
 
 
+def _no_args() -> list[str]:
+    return []
+
+
+@dataclass
+class OperatorExtras:
+    """What a tier adds to every `operator` it starts: more arguments (`args()`, called for
+    each operator, so a port can be fresh), Secrets created in its namespace first, and
+    `credentials` and `hooks` that every Agent applied through `OperatorHandle.apply` gets
+    where it names none of its own; `started` is called once the operator serves. The cluster
+    tier adds nothing; the attack suite gives its Sessions canary credentials this way (its
+    conftest defines an `operator_extras` fixture, which `operator` uses when there is one)."""
+
+    args: Callable[[], list[str]] = _no_args
+    secrets: list[dict[str, Any]] = field(default_factory=list)
+    credentials: dict[str, Any] = field(default_factory=dict)
+    hooks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    started: Callable[[OperatorHandle], None] | None = None
+
+    def agent(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """`doc` (an Agent) with the extra credentials and hooks it does not name itself."""
+        if doc.get("kind") != "Agent" or not (self.credentials or self.hooks):
+            return doc
+        doc = copy.deepcopy(doc)
+        spec = doc.setdefault("spec", {})
+        credentials = spec.setdefault("credentials", {})
+        for key, value in self.credentials.items():
+            credentials.setdefault(key, copy.deepcopy(value))
+        hooks = spec.setdefault("hooks", {})
+        for phase, extra in self.hooks.items():
+            present = hooks.setdefault(phase, [])
+            names = {h.get("name") for h in present}
+            present.extend(copy.deepcopy(h) for h in extra if h.get("name") not in names)
+        return doc
+
+
 @dataclass
 class OperatorHandle:
     cp: ControlPlane
@@ -118,6 +156,7 @@ class OperatorHandle:
     log: Path
     node: LocalNodeHandle | None = None
     process: subprocess.Popen[bytes] | None = None
+    extras: OperatorExtras = field(default_factory=OperatorExtras)
 
     def start(self) -> None:
         self.process = stack.start_operator(self.args, self.log)
@@ -144,7 +183,8 @@ class OperatorHandle:
     def apply(self, *docs: dict[str, Any]) -> None:
         for doc in docs:
             doc.setdefault("metadata", {})["namespace"] = self.namespace
-        self.cp.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(list(docs)))
+        applied = [self.extras.agent(doc) for doc in docs]
+        self.cp.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(applied))
 
     def get(self, kind: str, name: str) -> dict[str, Any] | None:
         return get_json(self.cp, kind, name, "-n", self.namespace)
@@ -192,14 +232,24 @@ class OperatorHandle:
 
 @pytest.fixture
 def operator(
+    request: pytest.FixtureRequest,
     control_plane: ControlPlane,
     namespace: str,
     local_node: LocalNodeHandle,
     scripted_model: ScriptedModelHandle,
 ) -> Iterator[OperatorHandle]:
-    """The operator for `namespace`, running under the chart's RBAC, and the sandbox identity."""
+    """The operator for `namespace`, running under the chart's RBAC, and the sandbox identity;
+    with what the tier's `operator_extras` adds, when its conftest defines that fixture."""
     _require_single_pass_remap(local_node)
+    try:
+        extras: OperatorExtras = request.getfixturevalue("operator_extras")
+    except pytest.FixtureLookupError:
+        extras = OperatorExtras()
     stack.install_rbac(control_plane, f"corral-{namespace}", namespace)
+    if extras.secrets:
+        control_plane.kubectl(
+            "apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(extras.secrets)
+        )
     kubeconfig = identity_kubeconfig(control_plane, OPERATOR_NAMESPACE, OPERATOR_SA)
     health = controlplane.free_port()
     log = Path(tempfile.mkdtemp(prefix="corral-operator-")) / "operator.log"
@@ -214,15 +264,19 @@ def operator(
             health_port=health,
             model_url=scripted_model.url,
             wire_wait_seconds=5,
-        ),
+        )
+        + extras.args(),
         log,
         node=local_node,
+        extras=extras,
     )
     handle.start()
     try:
         stack.wait_serving(
             "the operator", f"http://127.0.0.1:{health}/healthz", handle.process, log
         )
+        if extras.started is not None:
+            extras.started(handle)
         yield handle
     finally:
         handle.stop()

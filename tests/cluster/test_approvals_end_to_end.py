@@ -49,7 +49,7 @@ LANDER = {
     "identity": "You land reviewed work.",
     "model": "corral-scripted",
     "tools": {"allow": ["mcp__corral__land"]},
-    "landing": {"check": {"name": "unit", "command": "make test"}},
+    "landing": {"targets": ["main"], "check": {"name": "unit", "command": "make test"}},
 }
 
 
@@ -143,7 +143,6 @@ def landing(
     work, _, url = repos
     me = apply(control_plane, session("lander", namespace, repo=url))
     env = {
-        "CORRAL_WORKSPACE": str(work),
         "CORRAL_SESSION_BRANCH": "corral/lander",
         "CORRAL_GIT_REMOTE_URL": url,
     }

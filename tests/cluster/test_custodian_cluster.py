@@ -24,6 +24,7 @@ from corral_api.digest import check_definition_digest
 from corral_api.labels import evidence_labels
 from corral_custodian._digest import action_digest, canonical_json
 from corral_dev.controlplane import API_AUDIENCE, REPO_ROOT, ControlPlane
+from tests.unit.custodian._bundle_rig import send_head
 from tests.unit.custodian._custodian_proc import Custodian, git_daemon, running_custodian
 
 pytestmark = pytest.mark.timeout(120)
@@ -323,7 +324,6 @@ def test_land_needs_an_approval_of_this_exact_call_by_this_session_and_pass_evid
     args = {"target": "main", "revision": revision}
     digest = action_digest("land", args)
     env = {
-        "CORRAL_WORKSPACE": str(work),
         "CORRAL_SESSION_BRANCH": "corral/lander",
         "CORRAL_GIT_REMOTE_URL": url,
     }
@@ -331,7 +331,7 @@ def test_land_needs_an_approval_of_this_exact_call_by_this_session_and_pass_evid
         "identity": "x",
         "model": "claude-haiku-4-5",
         "tools": {"allow": ["mcp__corral__*"]},
-        "landing": {"check": {"name": "unit", "command": "make test"}},
+        "landing": {"targets": ["main"], "check": {"name": "unit", "command": "make test"}},
     }
     with custodian(me, leaf, **env) as running:
         asked = call(running, "land", args)
@@ -405,6 +405,10 @@ def test_land_needs_an_approval_of_this_exact_call_by_this_session_and_pass_evid
         other = call(running, "land", {"target": "main", "revision": "f" * 40})
         assert other["endsTurn"] is True and json.loads(other["content"])["approval"]
 
+        # Only a revision the harness sent can land: the custodian never reads the workspace.
+        unsent = call(running, "land", args)
+        assert unsent["isError"] is True and "revision_not_sent" in unsent["content"], unsent
+        assert send_head(running.url, running.headers, work, "conv") == revision
         landed = call(running, "land", args)
         assert landed["isError"] is False, landed
         assert git(remote, "rev-parse", "main") == revision

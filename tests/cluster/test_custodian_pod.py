@@ -66,7 +66,7 @@ def test_a_custodian_pod_uses_its_projected_token_to_create_a_child(
         "get", "session", "lead", "-n", namespace, "-o", "jsonpath={.metadata.uid}"
     ).stdout
     control_plane.kubectl(
-        "create", "secret", "generic", "model", "-n", namespace, "--from-literal=key=sk-test"
+        "create", "secret", "generic", "model", "-n", namespace, "--from-literal=key=sk-test-key"
     )
     credential, wire_token = "pod-local-credential-4711", "wire-token-0815"
     control_plane.kubectl(

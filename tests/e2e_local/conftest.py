@@ -57,6 +57,22 @@ def git(workspace: Path, *args: str) -> str:
     ).stdout
 
 
+@pytest.fixture(autouse=True)
+def state_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """`corral run`'s default state home (runs, memory) for this test only: never the real
+    ~/.local/state."""
+    home = tmp_path / "xdg-state"
+    monkeypatch.setenv("XDG_STATE_HOME", str(home))
+    return home / "corral"
+
+
+def session_tree(workspace: Path, branch: str) -> Path:
+    """The session branch checked out beside `workspace` (a worktree), to run its tests."""
+    where = workspace.parent / f"{workspace.name}-{branch.replace('/', '-')}"
+    git(workspace, "worktree", "add", "-q", "--detach", str(where), branch)
+    return where
+
+
 @pytest.fixture
 def demo_workspace(tmp_path: Path) -> Path:
     workspace = tmp_path / "workspace"

@@ -46,7 +46,7 @@ def _sse(text: str) -> list[tuple[str, dict[str, Any]]]:
 
 @pytest.fixture
 def run_and_console(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, Path]]:
-    state = tmp_path / ".corral" / "runs" / "land"
+    state = tmp_path / "xdg-state" / "corral" / "runs" / "land"
     state.parent.mkdir(parents=True)
     run = subprocess.Popen(
         [*corral_argv(), "run", "-f", str(EXAMPLES / "session.yaml"), "--scenario",
@@ -54,8 +54,8 @@ def run_and_console(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env(), cwd=tmp_path,
     )  # fmt: skip
     port = controlplane.free_port()
-    # No kubeconfig applies here (HOME without ~/.kube, no $KUBECONFIG): `.corral/` is shown.
-    env = {**run_env(), "HOME": str(tmp_path)}
+    # No kubeconfig applies here (HOME without ~/.kube, no $KUBECONFIG): the state home is shown.
+    env = {**run_env(), "HOME": str(tmp_path), "XDG_STATE_HOME": str(tmp_path / "xdg-state")}
     env.pop("KUBECONFIG", None)
     console = subprocess.Popen(
         [*corral_argv(), "console", "--port", str(port)],

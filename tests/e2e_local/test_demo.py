@@ -8,7 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import EXAMPLES, ROOT, corral_argv, corral_run, git, run_env, unittest_passes
+from .conftest import (
+    EXAMPLES,
+    ROOT,
+    corral_argv,
+    corral_run,
+    git,
+    run_env,
+    session_tree,
+    unittest_passes,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -28,13 +37,17 @@ def test_the_demo_session_fixes_the_bug_and_the_guard_confirms_it(
     assert done.code == 0, done.stderr + done.stdout
 
     # The file really changed, and only the code, not the tests: committed at the turn's end
-    # as the agent, on the branch the workspace is on (docs/delivery.md).
-    diff = git(demo_workspace, "diff", "--name-only", "HEAD~1", "HEAD").split()
+    # as the agent, on the session's branch made from HEAD (docs/delivery.md); the person's
+    # branch and files are as they were.
+    branch = "corral/fix-discount"
+    diff = git(demo_workspace, "diff", "--name-only", "main", branch).split()
     assert diff == ["shop/pricing.py"]
+    assert git(demo_workspace, "rev-list", "--count", f"main..{branch}").strip() == "1"
+    assert git(demo_workspace, "log", "-1", "--format=%an", branch).strip() == "fixer"
     assert git(demo_workspace, "status", "--porcelain") == ""
-    assert git(demo_workspace, "log", "-1", "--format=%an").strip() == "fixer"
-    assert "discount_percent / 100" in (demo_workspace / "shop" / "pricing.py").read_text()
-    assert unittest_passes(demo_workspace)
+    assert git(demo_workspace, "branch", "--show-current").strip() == "main"
+    assert not unittest_passes(demo_workspace)
+    assert unittest_passes(session_tree(demo_workspace, branch))
 
     # Every tool really ran through the harness.
     transcript = done.transcript()
@@ -61,6 +74,9 @@ def test_the_demo_session_fixes_the_bug_and_the_guard_confirms_it(
     outcome = lines[-2] if lines[-1].get("type") == "note" else lines[-1]
     assert outcome["type"] == "outcome" and outcome["phase"] == "Succeeded"
     assert outcome["exitCode"] == 0
+    assert outcome["branch"] == branch
+    assert outcome["committed"] == git(demo_workspace, "rev-parse", branch).strip()
+    assert {"type": "note", "text": f"committed {outcome['committed']} on {branch}"} in lines
     assert any(str(done.state_dir) in line.get("text", "") for line in lines)
 
 
@@ -101,5 +117,5 @@ def test_the_demo_script_make_demo_runs(tmp_path: Path) -> None:
     assert "+    discount = subtotal * discount_percent / 100" in out  # the diff it shows
     assert f"the record of the session is in {tmp_path / 'rec'}" in out
     workspace = next(tmp_path.glob("corral-demo.*"))
-    assert unittest_passes(workspace)
+    assert unittest_passes(session_tree(workspace, "corral/fix-discount"))
     assert (tmp_path / "rec" / "ledger.jsonl").exists()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import corral_run, write_session
+from .conftest import corral_run, git, write_session
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -49,7 +49,8 @@ def test_corral_run_runs_the_agents_hooks_from_start_to_end(
         state_dir=tmp_path / "state",
     )
     assert done.code == 0, done.stderr + done.stdout
-    assert (demo_workspace / "shop" / "pricing.py").exists()
+    # The veto held: the session's branch (the agent's working copy) still has the files.
+    assert "shop/pricing.py" in git(demo_workspace, "ls-tree", "-r", "--name-only", "corral/t1")
     assert log.read_text() == "sessionStart -\nsessionEnd Succeeded\n"
     # The model read the veto's reason as the call's result.
     assert "no rm -rf here" in (done.state_dir / "transcript.jsonl").read_text()

@@ -21,6 +21,7 @@ from .conftest import (
     read_lines,
     run_argv,
     run_env,
+    session_tree,
     unittest_passes,
     write_session,
 )
@@ -57,7 +58,7 @@ def test_a_failed_evaluation_gives_another_turn_that_then_passes(
         state_dir=tmp_path / "state",
     )
     assert done.code == 0, done.stderr + done.stdout
-    assert unittest_passes(demo_workspace)
+    assert unittest_passes(session_tree(demo_workspace, "corral/t1"))
     receipts = [line for line in done.ledger() if line["kind"] == "settlement"]
     assert [r["evaluation"]["passed"] for r in receipts] == [False, True]
     assert [r["outcome"] for r in receipts] == ["partial", "success"]
@@ -186,7 +187,7 @@ def test_a_model_the_harness_does_not_know_is_refused_at_admission(
 ) -> None:
     session, _ = write_session(tmp_path, scenario_replies=[], evaluation=None)
     session.write_text(session.read_text().replace("claude-sonnet-4-5", "gpt-nine"))
-    env = run_env() | {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}
+    env = run_env() | {"ANTHROPIC_API_KEY": "sk-unused", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9"}
     done = subprocess.run(
         run_argv(session, demo_workspace, tmp_path / "state"),
         capture_output=True,

@@ -15,6 +15,7 @@ from .conftest import (
     corral_argv,
     run_argv,
     run_env,
+    session_tree,
     unittest_passes,
     write_session,
 )
@@ -81,4 +82,5 @@ def test_make_demo_scenario_plan_replans_a_missed_step(tmp_path: Path) -> None:
     state = json.loads((tmp_path / "rec" / "state.json").read_text())
     assert [s["verdict"] for s in state["plan"]["steps"]] == ["Held", "Held", "Held"]
     assert state["plan"]["steps"][1]["attempts"] == 2
-    assert unittest_passes(next(tmp_path.glob("corral-demo.*")))
+    demo = next(tmp_path.glob("corral-demo.*"))
+    assert unittest_passes(session_tree(demo, "corral/fix-discount-plan"))

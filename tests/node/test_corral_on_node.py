@@ -16,7 +16,9 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import os
 import re
+import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -415,3 +417,127 @@ def test_deleting_the_session_removes_the_pod(corral: Corral, quiet: Quiet, atta
                 return corral.get(kind, obj) is None
 
             _corral.wait_for(f"{kind} {obj} to go", collected, 30)
+
+
+# ------------------------------------------------------------------ delivery (symlink plants)
+
+# Where the custodian of a real pod holds each credential it could be tricked into reading.
+CUSTODIAN_FILES = {
+    "model-key": "/var/run/corral/model/key",
+    "git-credentials": "/var/run/corral/git/credentials",
+    "service-account-token": "/var/run/corral/kube/token",
+    "wire-token": "/var/run/corral/wire/token",
+    "custodian-credential": "/var/run/corral/wire/custodian",
+}
+# (alternates target, packed-refs target) per step: every file under both plants, the last
+# pair left in place for turn-end delivery.
+PLANT_PAIRS = [
+    ("model-key", "git-credentials"),
+    ("git-credentials", "model-key"),
+    ("service-account-token", "wire-token"),
+    ("wire-token", "custodian-credential"),
+    ("custodian-credential", "service-account-token"),
+]
+
+
+def test_symlinks_to_the_custodians_files_leak_nothing_through_push_or_delivery(
+    corral: Corral,
+) -> None:
+    """tests/attack/test_symlink_delivery.py on real containers: the custodian has no
+    workspace mount, the bundle is written by the tools uid, and no credential text reaches
+    the tool results, Session.status, any container's log or the remote."""
+    name, agent = "symlinker", "deliverer"
+    model_key = "sk-ant-node-canary-" + base64.b32encode(os.urandom(15)).decode().lower()
+    git_credential = "https://agent:ghp" + os.urandom(16).hex() + "@git.example.invalid"
+    corral.apply(
+        *(
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": secret},
+             "stringData": {key: value}}
+            for secret, key, value in (
+                ("deliverer-model", "key", model_key),
+                ("deliverer-git", "credentials", git_credential + "\n"),
+            )
+        )
+    )  # fmt: skip
+    steps: list[dict[str, Any]] = []
+    for i, (alternates, packed) in enumerate(PLANT_PAIRS):
+        command = "\n".join(
+            [
+                "cd /workspace && rm -f .git/objects/info/alternates .git/packed-refs",
+                f"ln -s {CUSTODIAN_FILES[alternates]} .git/objects/info/alternates",
+                f"ln -s {CUSTODIAN_FILES[packed]} .git/packed-refs",
+                'echo "READ $(cat .git/packed-refs 2>&1 | head -c 200)"',
+                f"echo {i} > plant-{i}.txt",
+                *(
+                    [
+                        f"git add plant-{i}.txt",
+                        f"git -c user.name=a -c user.email=a@a commit -qm plant-{i} 2>&1",
+                        "echo REV=$(git rev-parse HEAD)",
+                    ]
+                    if i < len(PLANT_PAIRS) - 1
+                    else ["echo left-for-the-turn"]
+                ),
+            ]
+        )
+        steps.append({"tool_use": {"name": "bash", "input": {"command": command}}})
+        if i < len(PLANT_PAIRS) - 1:
+            steps.append({"tool_use": {"name": "mcp__corral__push", "input": {}}})
+    steps.append({"text": "Delivered."})
+    corral.load_script({"conversations": {name: steps}})
+    agent_doc = _corral.agent_doc(
+        tools={"allow": ["bash", "mcp__corral__push"]},
+        credentials={
+            "modelSecretRef": {"name": "deliverer-model", "key": "key"},
+            "gitSecretRef": {"name": "deliverer-git", "key": "credentials"},
+        },
+    )
+    agent_doc["metadata"]["name"] = agent
+    session = _corral.session_doc(name, corral.git_url, task="Deliver.")
+    session["spec"]["agentRef"] = agent
+    corral.apply(agent_doc, session)
+    status = corral.wait_phase(name, {"Succeeded", "Failed"}, timeout=240)
+    assert status["phase"] == "Succeeded", corral.diagnose(name)
+    pod = f"corral-{name}"
+
+    # The custodian has no workspace to open: its /workspace is the image's VOLUME, a private
+    # empty directory, while the tools container's holds the repository. The tools uid cannot
+    # read what the links name.
+    done = corral.exec(pod, "custodian", "ls", "-A", "/workspace")
+    assert done.stdout.strip() == "", done
+    assert corral.exec(pod, "tools", "test", "-d", "/workspace/.git").returncode == 0
+    results = corral.tool_results(name)
+    revisions = []
+    for i in range(len(PLANT_PAIRS) - 1):
+        planted, pushed = results[2 * i], results[2 * i + 1]
+        assert "READ" in planted and NO_FILE in planted, planted
+        revision = planted.split("REV=")[1].split()[0]
+        revisions.append(revision)
+        assert "pushed" in pushed and revision in pushed, pushed
+    delivery = status["delivery"]
+    assert delivery["state"] == "Delivered", delivery
+    remote = corral.work / "repos" / "work" / "repo"
+    head = subprocess.run(
+        ["git", "-C", str(remote), "rev-parse", f"refs/heads/corral/{name}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert head == delivery["revision"] and head not in revisions
+    objects = subprocess.run(
+        ["git", "-C", str(remote), "cat-file", "--batch-all-objects", "--batch"],
+        capture_output=True, check=True,
+    ).stdout.decode(errors="replace")  # fmt: skip
+
+    token = corral.exec(pod, "custodian", "cat", CUSTODIAN_FILES["service-account-token"])
+    assert token.returncode == 0, token.stderr
+    secrets = [model_key, git_credential, token.stdout.strip(), *corral.secret_values(name)]
+    logs = [
+        corral.kubectl("logs", pod, "-n", NAMESPACE, "-c", c, check=False).stdout
+        for c in ("checkout", "harness", "tools", "custodian")
+    ]
+    operator = corral.kubectl(
+        "logs", "-n", _corral.OPERATOR_NAMESPACE, "-l", "app.kubernetes.io/name=corral-operator",
+        "--tail", "-1", check=False,
+    ).stdout  # fmt: skip
+    seen = "\n".join([*results, json.dumps(corral.get("session", name)), objects, operator, *logs])
+    for secret in secrets:
+        for form in (secret, base64.b64encode(secret.encode()).decode(), secret.encode().hex()):
+            assert form not in seen, "a credential of the custodian crossed over"

@@ -1,4 +1,5 @@
-"""The lean engine adapter: the Messages API over httpx with the project's own stream reader.
+"""The lean engine adapter: the Messages API over httpx with the project's own stream reader
+(`corral_common.sse`, the parser the custodian counts usage with).
 
 The default engine (`choice.py`). It exists for the cold start: the official SDK's import
 costs seconds (its `types` package alone over a second on 2 cores), and it stood between a
@@ -27,10 +28,11 @@ from typing import Any
 
 import httpx
 
+from corral_common.sse import EventStreamParser, EventTooLarge
+
 from ..http1 import Http1Client, TransportError
 from ._accumulate import MessageBuilder
 from ._loop import EngineSettings, StreamFailure, StreamingEngine, retryable_status, stream_clock
-from ._sse import read_events
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 # The API version the reference adapter's SDK (anthropic 2.14) sends; the conformance test
@@ -137,7 +139,7 @@ class LeanEngine(StreamingEngine):
                     raise _status_failure(
                         response.status_code, response.headers, await response.aread()
                     )
-                await _read_stream(response.aiter_lines(), response.headers, tick, builder)
+                await _read_stream(response.aiter_bytes(), response.headers, tick, builder)
         except httpx.TransportError as exc:
             raise StreamFailure(
                 "connection_error", f"model connection failed: {exc!r}", retryable=True
@@ -156,7 +158,9 @@ class LeanEngine(StreamingEngine):
             ):
                 if response.status != 200:
                     raise _status_failure(response.status, response.headers, await response.read())
-                await _read_stream(_text_lines(response.lines()), response.headers, tick, builder)
+                await _read_stream(
+                    response.lines(), response.headers, tick, builder, split_at_lf=True
+                )
         except TransportError as exc:
             raise StreamFailure(
                 "connection_error", f"model connection failed: {exc}", retryable=True
@@ -172,40 +176,38 @@ _HEADERS = {
 }
 
 
-async def _text_lines(lines: AsyncIterator[bytes]) -> AsyncIterator[str]:
-    """The stream's lines as text; a line may end in CRLF, LF or a lone CR."""
-    async for raw in lines:
-        text = raw.decode("utf-8", errors="replace")
-        if text.endswith("\r"):
-            text = text[:-1]
-        if "\r" in text:
-            for part in text.split("\r"):
-                yield part
-        else:
-            yield text
-
-
 async def _read_stream(
-    lines: AsyncIterator[str],
+    pieces: AsyncIterator[bytes],
     headers: Mapping[str, str],
     tick: Any,
     builder: MessageBuilder,
+    *,
+    split_at_lf: bool = False,
 ) -> None:
-    """Feed a 200 stream's events to the builder."""
+    """Feed a 200 stream's events to the builder. `pieces` are the body's bytes in any
+    chunking, or, `split_at_lf`, its lines as the small client splits them (at LF, the LF
+    dropped); the parser finds every other line end (CR, CRLF) itself."""
+    parser = EventStreamParser()
+    feed = parser.feed_line if split_at_lf else parser.feed
     try:
-        async for sse in read_events(lines):
-            if sse.event is None or sse.event == "ping" or not sse.data:
-                continue  # the SDK skips these too: a ping does not end a silence
-            tick()
-            if sse.event == "error":
-                raise _status_failure(200, headers, sse.data.encode())
-            builder.on_event(json.loads(sse.data))
+        async for piece in pieces:
+            for sse in feed(piece):
+                if sse.event == "message" or sse.event == "ping" or not sse.data:
+                    continue  # the SDK skips these too: a ping does not end a silence
+                tick()
+                if sse.event == "error":
+                    raise _status_failure(200, headers, sse.data.encode())
+                builder.on_event(json.loads(sse.data))
     except json.JSONDecodeError as exc:
         raise StreamFailure(
             "model_error",
             f"the model stream sent an event that is not JSON: {exc}",
             retryable=True,
         ) from None
+    except EventTooLarge as exc:
+        raise StreamFailure("model_error", f"the model stream: {exc}", retryable=True) from None
+    # An event cut off before its blank line is dropped: the stream then lacks message_stop.
+    parser.close()
 
 
 def _check_finished(builder: MessageBuilder) -> None:

@@ -12,7 +12,7 @@ import asyncio
 import base64
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, cast, get_args
 
@@ -31,6 +31,7 @@ from ..seams import (
     Survey,
     WorkspaceError,
     WorkspaceErrorKind,
+    workspace_text,
 )
 from ._result import head_tail_text
 
@@ -42,6 +43,26 @@ JSON = {"Content-Type": "application/json"}
 
 SUN_PATH_MAX = 108  # struct sockaddr_un's room for a path, NUL included
 _KINDS: frozenset[str] = frozenset(get_args(WorkspaceErrorKind))
+
+
+class StdoutFailed(WorkspaceError):
+    """A command run for its stdout did not finish cleanly: it exited non-zero, was killed at
+    its timeout, or wrote more than its cap. What it wrote before is not a whole output."""
+
+    def __init__(
+        self, exit_code: int, stderr: str, *, timed_out: bool = False, overflow: bool = False
+    ) -> None:
+        if overflow:
+            detail = "its output passed the size cap"
+        elif timed_out:
+            detail = "it did not finish in time"
+        else:
+            detail = f"it exited {exit_code}"
+        super().__init__("io", f"{detail}: {stderr.strip()[-500:]}" if stderr.strip() else detail)
+        self.exit_code = exit_code
+        self.stderr = stderr
+        self.timed_out = timed_out
+        self.overflow = overflow
 
 
 def _encodable(text: str) -> bool:
@@ -235,6 +256,50 @@ class ExecWorkspace:
         if outcome is None:
             raise WorkspaceError("unavailable", "the command's stream ended without its exit")
         return outcome
+
+    async def stream_stdout(
+        self, argv: Sequence[str], *, timeout: float, max_bytes: int, cwd: str = "."
+    ) -> AsyncIterator[bytes]:
+        """The command's stdout as the service streams it (`/v1/exec/stdout`), every byte,
+        chunk by chunk; stderr stays apart. After the last chunk, `StdoutFailed` when the
+        command did not exit 0, passed `max_bytes` (the service kills it there) or its timeout,
+        so a consumer forwarding the chunks never completes a partial output."""
+        body = {
+            "argv": list(argv),
+            "cwd": self._checked(cwd),
+            "timeoutSeconds": timeout,
+            "maxBytes": max_bytes,
+        }
+        try:
+            # Leaving early (the consumer stopped, the task was cancelled) closes the
+            # connection, and the service kills the command's process group.
+            async with self._client.request(
+                "POST", "/v1/exec/stdout", json.dumps(body).encode(), headers=JSON
+            ) as response:
+                if response.status != 200:
+                    raise _error(_json(await response.read()), response.status)
+                exit_event: dict[str, Any] | None = None
+                async for line in response.lines():
+                    if not line.strip():
+                        continue
+                    event = json.loads(line)
+                    kind = event.get("type")
+                    if kind == "stdout" and exit_event is None:
+                        yield base64.b64decode(event.get("data", ""))
+                    elif kind == "exit":
+                        # Read on to the end of the stream (it ends here): the connection
+                        # goes back to the pool.
+                        exit_event = event
+        except TransportError as exc:
+            raise WorkspaceError("unavailable", str(exc)) from exc
+        if exit_event is None:
+            raise WorkspaceError("unavailable", "the command's stream ended without its exit")
+        code = int(exit_event["exitCode"])
+        timed_out = bool(exit_event.get("timedOut"))
+        overflow = bool(exit_event.get("overflow"))
+        if code != 0 or timed_out or overflow:
+            stderr = base64.b64decode(exit_event.get("stderr", ""))
+            raise StdoutFailed(code, workspace_text(stderr), timed_out=timed_out, overflow=overflow)
 
     async def programs(self) -> Programs:
         if self._programs is None:

@@ -18,7 +18,8 @@ def archive_store(settings: OperatorSettings) -> ArchiveStore | None:
             settings.archive_s3_region,
             settings.archive_s3_credentials_dir,
             prefix=settings.archive_s3_prefix,
+            max_bytes=settings.max_history_bytes,
         )
     if settings.archive_dir:
-        return FileArchive(settings.archive_dir)
+        return FileArchive(settings.archive_dir, max_bytes=settings.max_history_bytes)
     return None

@@ -2,7 +2,8 @@
 
 The pod is released only once its Session is archived, or once the archive deadline after
 the Session finished has passed (the condition `Archived` then says `ArchiveFailed` and an Event
-says why): a broken archive never keeps a pod, or a deletion, waiting forever.
+says why): a broken archive never keeps a pod, or a deletion, waiting forever. A history larger
+than the operator's cap is archived as its record alone, at once (`HistoryTooLarge`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ..kube import Kube, KubeError
 from ..planning import reasons as R
 from ..planning.conditions import get_condition, set_condition
 from ..planning.session import PlannedEvent, now_text, parse_time
+from ..wireclient import DEFAULT_MAX_ANSWER_BYTES
 from .capture import archive_from_harness
 from .store import ArchiveStore
 
@@ -75,6 +77,7 @@ async def archive_before_release(
     deadline_seconds: float,
     cause: str,
     transport: httpx.AsyncBaseTransport | None = None,
+    max_history_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
 ) -> Release:
     """Archive the Session (with `status`, what the operator just wrote) from its pod."""
     generation = int(body["metadata"].get("generation") or 0)
@@ -86,8 +89,14 @@ async def archive_before_release(
             raise LookupError(f"the pod {pod_path.rpartition('/')[2]} has no address")
         url = f"http://{ip}:{harness_port}" if ip else None
         token = await read_token() if url else ""
-        count = await archive_from_harness(
-            store, session, url, token, cause=cause, transport=transport
+        captured = await archive_from_harness(
+            store,
+            session,
+            url,
+            token,
+            cause=cause,
+            transport=transport,
+            max_history_bytes=max_history_bytes,
         )
     except (OSError, LookupError, WireFault, KubeError, httpx.HTTPError, ValueError) as err:
         why = f"{type(err).__name__}: {err}"
@@ -102,7 +111,15 @@ async def archive_before_release(
             status=_with_condition(status, False, R.ARCHIVE_FAILED, text, generation),
             event=PlannedEvent("Warning", R.ARCHIVE_FAILED, text),
         )
-    text = f"{count} wire events and the final status archived ({cause})"
+    if captured.omitted is not None:
+        # Not retried: the history only grows. The record and the final status are kept.
+        text = f"the final status is archived without the transcript ({cause}): {captured.omitted}"
+        return Release(
+            release=True,
+            status=_with_condition(status, False, R.HISTORY_TOO_LARGE, text, generation),
+            event=PlannedEvent("Warning", R.HISTORY_TOO_LARGE, text),
+        )
+    text = f"{captured.events} wire events and the final status archived ({cause})"
     return Release(
         release=True,
         status=_with_condition(status, True, R.ARCHIVED, text, generation),

@@ -10,6 +10,10 @@ A retry writes the transcript again before the record; the record says how many 
 covers and the reader takes that many, so a record never pairs with a longer transcript than
 its own (the harness's history only grows).
 
+Every answer is read as a stream with a cap: an object with the operator's read cap
+(`--max-history-bytes`; `ArchiveTooLarge` past it, unread), a listing page or a refusal with
+fixed small ones, so a misbehaving store cannot exhaust the operator's memory.
+
 Requests are signed with SigV4 (sigv4.py) over httpx and addressed path-style
 (`<endpoint>/<bucket>/<key>`), which AWS and the S3-compatible servers (MinIO, Ceph RGW,
 Garage, SeaweedFS, ...) all accept. The credentials are files the operator's pod mounts from a
@@ -21,6 +25,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,14 +33,27 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from ..driver import byte_size
 from . import sigv4
 from .record import ArchivedSession
-from .store import checked_names
+from .store import DEFAULT_MAX_OBJECT_BYTES, ArchiveTooLarge, checked_names
 
 ACCESS_KEY_FILE = "accessKeyId"
 SECRET_KEY_FILE = "secretAccessKey"
 SESSION_TOKEN_FILE = "sessionToken"  # optional: temporary credentials
 _S3_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+# A listing page holds at most 1,000 keys (about 1 MiB of XML with the longest keys); a refusal
+# is shown as 200 characters of its message.
+LISTING_READ_BYTES = 4 * 1024 * 1024
+REFUSAL_READ_BYTES = 64 * 1024
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One answer of the object store, its body read up to a cap."""
+
+    status_code: int
+    content: bytearray
 
 
 class S3Error(OSError):
@@ -69,6 +87,7 @@ class S3Archive:
         prefix: str = "",
         timeout: float = 30.0,
         transport: httpx.BaseTransport | None = None,
+        max_bytes: int = DEFAULT_MAX_OBJECT_BYTES,
     ) -> None:
         parts = urlsplit(endpoint)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -81,7 +100,11 @@ class S3Archive:
         self.region = region
         self.credentials_dir = Path(credentials_dir)
         self.prefix = prefix.strip("/") + "/" if prefix.strip("/") else ""
-        self._http = httpx.Client(timeout=timeout, transport=transport)
+        self.max_bytes = max_bytes
+        # Identity only: a compressed answer could not be counted before it is inflated.
+        self._http = httpx.Client(
+            timeout=timeout, transport=transport, headers={"Accept-Encoding": "identity"}
+        )
 
     def close(self) -> None:
         self._http.close()
@@ -95,7 +118,12 @@ class S3Archive:
         params: list[tuple[str, str]] | None = None,
         body: bytes = b"",
         content_type: str | None = None,
-    ) -> httpx.Response:
+        *,
+        limit: int = REFUSAL_READ_BYTES,
+        what: str = "",
+    ) -> Reply:
+        """The answer: a success's body read up to `limit` (ArchiveTooLarge past it, the rest
+        never read), a refusal's first REFUSAL_READ_BYTES."""
         creds = read_credentials(self.credentials_dir)
         path = "/" + sigv4.uri_encode(self.bucket, keep_slash=False)
         if key:
@@ -115,19 +143,20 @@ class S3Archive:
         query = sigv4.canonical_query(params)
         url = f"{self.endpoint}{path}" + (f"?{query}" if query else "")
         try:
-            return self._http.request(method, url, content=body, headers=headers)
+            with self._http.stream(method, url, content=body, headers=headers) as answer:
+                return Reply(answer.status_code, _read_capped(answer, limit, what or key))
         except httpx.HTTPError as err:
             raise S3Error(f"S3 {method} {self.bucket}/{key}: {type(err).__name__}: {err}") from None
 
     @staticmethod
-    def _refused(answer: httpx.Response, what: str) -> S3Error:
+    def _refused(answer: Reply, what: str) -> S3Error:
         code = message = ""
         try:
             root = ET.fromstring(answer.content)
             code = root.findtext("Code") or ""
             message = root.findtext("Message") or ""
         except ET.ParseError:
-            message = answer.text[:200]
+            message = answer.content.decode("utf-8", errors="replace")[:200]
         return S3Error(f"S3 {what}: HTTP {answer.status_code} {code} {message}".strip())
 
     def _put(self, key: str, body: bytes, content_type: str) -> None:
@@ -135,8 +164,8 @@ class S3Archive:
         if answer.status_code >= 300:
             raise self._refused(answer, f"PUT {key}")
 
-    def _get(self, key: str) -> bytes | None:
-        answer = self._request("GET", key)
+    def _get(self, key: str, what: str) -> bytearray | None:
+        answer = self._request("GET", key, limit=self.max_bytes, what=what)
         if answer.status_code == 404:
             return None
         if answer.status_code >= 300:
@@ -150,7 +179,12 @@ class S3Archive:
             params = [("list-type", "2"), ("prefix", prefix)]
             if token:
                 params.append(("continuation-token", token))
-            answer = self._request("GET", params=params)
+            try:
+                answer = self._request("GET", params=params, limit=LISTING_READ_BYTES)
+            except ArchiveTooLarge:
+                raise S3Error(
+                    f"S3 list {prefix}: a page is larger than {byte_size(LISTING_READ_BYTES)}"
+                ) from None
             if answer.status_code >= 300:
                 raise self._refused(answer, f"list {prefix}")
             root = ET.fromstring(answer.content)
@@ -204,11 +238,12 @@ class S3Archive:
         return max(loaded, key=lambda a: str(a.record.get("archivedAt", "")))
 
     def _load(self, namespace: str, name: str, uid: str) -> ArchivedSession | None:
-        raw = self._get(self._key(namespace, name, uid, "record.json"))
+        run = f"{namespace}/{name}/{uid}"
+        raw = self._get(self._key(namespace, name, uid, "record.json"), f"record of {run}")
         if raw is None:
             return None
         record = json.loads(raw)
-        text = self._get(self._key(namespace, name, uid, "events.jsonl"))
+        text = self._get(self._key(namespace, name, uid, "events.jsonl"), f"transcript of {run}")
         if text is None:
             raise S3Error(f"the archive of {namespace}/{name}/{uid} has a record but no events")
         events = [json.loads(line) for line in text.decode("utf-8").splitlines() if line.strip()]
@@ -216,3 +251,25 @@ class S3Archive:
         if len(events) < count:
             raise S3Error(f"the archive of {namespace}/{name}/{uid} lacks events its record names")
         return ArchivedSession(record, events[:count])
+
+
+def _read_capped(answer: httpx.Response, limit: int, what: str) -> bytearray:
+    """A streamed answer's body: a success's up to `limit` (ArchiveTooLarge past it, the rest
+    unread), a refusal's first REFUSAL_READ_BYTES. Only identity-encoded bodies are read."""
+    encoding = answer.headers.get("content-encoding", "").strip().lower()
+    if encoding not in ("", "identity"):
+        raise S3Error(f"S3 answered {what} encoded ({encoding}); only identity is read")
+    refusal = answer.status_code >= 300
+    cap = REFUSAL_READ_BYTES if refusal else limit
+    declared = answer.headers.get("content-length", "")
+    if not refusal and declared.isdigit() and int(declared) > cap:
+        raise ArchiveTooLarge(what, cap)
+    body = bytearray()
+    for chunk in answer.iter_bytes():
+        if len(body) + len(chunk) > cap:
+            if refusal:
+                body += chunk[: cap - len(body)]
+                break
+            raise ArchiveTooLarge(what, cap)
+        body += chunk
+    return body

@@ -6,7 +6,8 @@ decides, the reader holds no list of people and never widens what a token may do
 does it answer, from the live harness while the sandbox serves (the operator is the one
 client the sandbox's NetworkPolicy and wire token admit) and from the archive once it is gone,
 at the same offsets (docs/history.md, docs/decisions ADR "people read the wire through the
-operator").
+operator"). Both reads have the operator's cap (`--max-history-bytes`): past it the answer is
+502 `history_too_large` or `archive_too_large`, naming the cap, and nothing is held in memory.
 """
 
 from __future__ import annotations
@@ -21,12 +22,12 @@ from typing import Any
 import httpx
 from aiohttp import web
 
-from ..driver import ConversationLost, WireFault
+from ..driver import AnswerTooLarge, ConversationLost, WireFault
 from ..kube import Kube, KubeError, corral_path, object_path
 from ..runtime import Runtime
-from ..wireclient import WireClient
+from ..wireclient import DEFAULT_MAX_ANSWER_BYTES, WireClient
 from .record import ArchivedSession
-from .store import ArchiveStore
+from .store import ArchiveStore, ArchiveTooLarge
 
 log = logging.getLogger("corral.operator.archive")
 
@@ -48,12 +49,15 @@ class Reader:
         harness_port: int,
         read_token: Callable[[str, str, str], Awaitable[str]],
         transport: httpx.AsyncBaseTransport | None = None,
+        max_history_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:
         self.kube = kube
         self.store = store
         self.harness_port = harness_port
         self.read_token = read_token  # (namespace, name, uid) -> the Session's wire token
         self.transport = transport
+        # The most read of one live page (the archive's own objects carry the store's cap).
+        self.max_history_bytes = max_history_bytes
         conf = kube.api.configuration
         # The person's token goes to the API server alone, with the cluster's CA and never
         # the operator's own client certificate (which would authenticate as the operator).
@@ -141,10 +145,18 @@ class Reader:
             token = await self.read_token(md["namespace"], md["name"], md.get("uid", ""))
             agent = str(session["spec"].get("agentRef", ""))
             url = f"http://{ip}:{self.harness_port}"
-            async with WireClient(url, agent, token=token, transport=self.transport) as client:
+            async with WireClient(
+                url,
+                agent,
+                token=token,
+                transport=self.transport,
+                max_answer_bytes=self.max_history_bytes,
+            ) as client:
                 page = await client.updates(md["name"], offset, min(wait, MAX_WAIT_SECONDS))
         except ConversationLost:
             return {"events": [], "offset": offset}
+        except AnswerTooLarge:
+            raise  # the harness serves, but more than may be read: the person is told so
         except (KubeError, WireFault, httpx.HTTPError, OSError) as err:
             # The pod is going: the archive (or nothing yet) answers instead.
             log.info("live transcript of %s/%s unavailable: %s", md["namespace"], md["name"], err)
@@ -194,6 +206,10 @@ def build_app(reader: Reader) -> web.Application:
             return _error(400, "bad_request", "offset and wait must not be negative")
         try:
             found = await reader.transcript(*checked, offset, wait)
+        except AnswerTooLarge as err:
+            return _error(502, "history_too_large", str(err))
+        except ArchiveTooLarge as err:
+            return _error(502, "archive_too_large", str(err))
         except OSError as err:
             return _error(503, "archive_unavailable", f"the archive cannot be read: {err}")
         if found is None:
@@ -207,6 +223,8 @@ def build_app(reader: Reader) -> web.Application:
             return checked
         try:
             found = await reader.record(*checked)
+        except ArchiveTooLarge as err:
+            return _error(502, "archive_too_large", str(err))
         except OSError as err:
             return _error(503, "archive_unavailable", f"the archive cannot be read: {err}")
         if found is None:
@@ -243,6 +261,7 @@ async def start_archive_reader(runtime: Runtime, host: str, port: int) -> Runnin
         harness_port=runtime.settings.harness_port,
         read_token=token,
         transport=runtime.wire_transport,
+        max_history_bytes=runtime.settings.max_history_bytes,
     )
     runner = web.AppRunner(build_app(reader), access_log=None)
     await runner.setup()

@@ -5,6 +5,9 @@ chart mounts into the operator); the layout is one directory per Session uid:
     <root>/<namespace>/<session>/<uid>/record.json    format, receipts, the Session as it ended
 
 A name is reused by a later Session, a uid never is, so an audit finds every run of a name.
+
+Reads are capped (the operator's `--max-history-bytes`, the same cap its wire reads have): a
+file over it is not read into memory; `ArchiveTooLarge` says which and the cap.
 """
 
 from __future__ import annotations
@@ -16,7 +19,11 @@ import tempfile
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..driver import byte_size
+from ..settings import OperatorSettings
 from .record import ArchivedSession
+
+DEFAULT_MAX_OBJECT_BYTES = OperatorSettings().max_history_bytes
 
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 _UID = re.compile(r"^[A-Za-z0-9-]{1,64}$")
@@ -28,6 +35,30 @@ class ArchiveStore(Protocol):
     ) -> None: ...
 
     def read(self, namespace: str, name: str, uid: str | None = None) -> ArchivedSession | None: ...
+
+
+class ArchiveTooLarge(OSError):
+    """An archived object is larger than the operator's read cap: it is not read. An OSError,
+    as an unreadable volume is: the reader answers that the archive cannot be read."""
+
+    def __init__(self, what: str, limit: int) -> None:
+        self.what = what
+        self.limit = limit
+        super().__init__(
+            f"the archive's {what} is larger than {byte_size(limit)} (the operator's "
+            "--max-history-bytes, chart value operator.maxHistoryBytes): it is not read"
+        )
+
+
+def read_file_capped(path: Path, limit: int, what: str) -> bytes:
+    """The bytes of `path`, refused (unread) past `limit`."""
+    with open(path, "rb") as file:
+        if os.fstat(file.fileno()).st_size > limit:
+            raise ArchiveTooLarge(what, limit)
+        data = file.read(limit + 1)  # the file may have grown since the stat
+    if len(data) > limit:
+        raise ArchiveTooLarge(what, limit)
+    return data
 
 
 def checked_names(namespace: str, name: str, uid: str | None) -> None:
@@ -43,8 +74,11 @@ class FileArchive:
     """The archive on a filesystem: each Session written whole and renamed into place, so a
     reader sees a complete archive or none, never half of one."""
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], *, max_bytes: int = DEFAULT_MAX_OBJECT_BYTES
+    ) -> None:
         self.root = Path(root)
+        self.max_bytes = max_bytes
 
     def write(
         self, namespace: str, name: str, uid: str, record: dict[str, Any], events: list[Any]
@@ -84,14 +118,17 @@ class FileArchive:
             return max(loaded, key=lambda a: str(a.record.get("archivedAt", "")))
         return self._load(parent / uid)
 
-    @staticmethod
-    def _load(where: Path) -> ArchivedSession | None:
+    def _load(self, where: Path) -> ArchivedSession | None:
+        run = "/".join(where.parts[-3:])
         try:
-            record = json.loads((where / "record.json").read_text(encoding="utf-8"))
-            lines = (where / "events.jsonl").read_text(encoding="utf-8").splitlines()
+            record = json.loads(
+                read_file_capped(where / "record.json", self.max_bytes, f"record of {run}")
+            )
+            text = read_file_capped(where / "events.jsonl", self.max_bytes, f"transcript of {run}")
         except FileNotFoundError:
             return None
-        return ArchivedSession(record, [json.loads(line) for line in lines if line.strip()])
+        events = [json.loads(line) for line in text.splitlines() if line.strip()]
+        return ArchivedSession(record, events)
 
 
 def _remove_tree(path: Path) -> None:

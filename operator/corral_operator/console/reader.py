@@ -21,7 +21,7 @@ from ..archive.store import ArchiveStore
 from ..kube import Kube, KubeError, corral_path, object_path
 from ..planning.session import ownership
 from ..podbuilder import WIRE_TOKEN_KEY
-from ..wireclient import ConversationLost, WireClient, WireFault
+from ..wireclient import DEFAULT_MAX_ANSWER_BYTES, ConversationLost, WireClient, WireFault
 
 Obj = dict[str, Any]
 
@@ -69,6 +69,9 @@ class Reader:
     # Where finished Sessions are archived (docs/history.md): what the console shows once a
     # sandbox pod, or the Session itself, is gone. None: no archive configured.
     archive: ArchiveStore | None = None
+    # The most read of one live page (the operator's --max-history-bytes; the archive's store
+    # has its own cap).
+    max_history_bytes: int = DEFAULT_MAX_ANSWER_BYTES
 
     async def archived(self, namespace: str, name: str, uid: str | None) -> ArchivedSession | None:
         """The Session's archive: the same store and reading as the archive reader's (`corral
@@ -121,7 +124,12 @@ class Reader:
             raise StreamUnavailable("the sandbox's wire-token Secret is missing or not its own")
         token = base64.b64decode(secret["data"][WIRE_TOKEN_KEY]).decode()
         agent = str((session.get("spec") or {}).get("agentRef", ""))
-        return WireClient(f"http://{ip}:{self.harness_port}", agent, token=token)
+        return WireClient(
+            f"http://{ip}:{self.harness_port}",
+            agent,
+            token=token,
+            max_answer_bytes=self.max_history_bytes,
+        )
 
     @staticmethod
     async def updates(

@@ -12,6 +12,7 @@ import uvicorn
 
 from ..archive.store import ArchiveStore
 from ..kube import Kube
+from ..wireclient import DEFAULT_MAX_ANSWER_BYTES
 from .access import Access, ClusterAccess, KubeconfigAccess
 from .app import build_app
 from .reader import Reader, Source
@@ -43,11 +44,14 @@ async def serve_cluster(
     harness_port: int,
     secure_cookie: bool = False,
     archive: ArchiveStore | None = None,
+    max_history_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
 ) -> None:
     """The in-cluster console: people by bearer token, reads with the console's identity."""
     kube = await Kube.connect(kubeconfig)
     access = ClusterAccess(kube)
-    reader = Reader(kube, harness_port, namespaces, archive=archive)
+    reader = Reader(
+        kube, harness_port, namespaces, archive=archive, max_history_bytes=max_history_bytes
+    )
     try:
         await serve(access, reader, host, port, secure_cookie=secure_cookie)
     finally:
@@ -62,6 +66,7 @@ def start_in_operator(
     harness_port: int,
     secure_cookie: bool = False,
     archive: ArchiveStore | None = None,
+    max_history_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
 ) -> threading.Thread:
     """The console on its own thread of the operator process. It dies with the process."""
     host, port = parse_addr(addr)
@@ -70,7 +75,14 @@ def start_in_operator(
         try:
             asyncio.run(
                 serve_cluster(
-                    kubeconfig, namespaces, host, port, harness_port, secure_cookie, archive
+                    kubeconfig,
+                    namespaces,
+                    host,
+                    port,
+                    harness_port,
+                    secure_cookie,
+                    archive,
+                    max_history_bytes,
                 )
             )
         except Exception:

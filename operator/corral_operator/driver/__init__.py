@@ -18,10 +18,12 @@ from ._decide import (
 )
 from ._faults import (
     AdmissionRejected,
+    AnswerTooLarge,
     ConversationLost,
     SettlementFault,
     WireFault,
     WireRequestFailed,
+    byte_size,
 )
 from ._ports import CheckResult, EventSink, TurnStore, WirePort
 from ._session import SessionDriver, resume_message
@@ -39,6 +41,7 @@ __all__ = [
     "FINAL_PHASES",
     "WAITING_FOR_WAKE",
     "AdmissionRejected",
+    "AnswerTooLarge",
     "CheckResult",
     "ChildrenReport",
     "ConversationLost",
@@ -54,6 +57,7 @@ __all__ = [
     "WirePort",
     "WireRequestFailed",
     "add_usage",
+    "byte_size",
     "children_report",
     "decide_after_settlement",
     "evaluate_exit",

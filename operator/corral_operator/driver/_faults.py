@@ -50,3 +50,24 @@ class WireRequestFailed(WireFault):
         self.status_code = status_code
         self.reason = reason
         super().__init__(f"{what} failed ({status_code}): {reason}")
+
+
+def byte_size(count: int) -> str:
+    """A byte count as people read it: `64 MiB`, `1536 KiB`, `1000 bytes`."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size and count % size == 0:
+            return f"{count // size} {unit}"
+    return f"{count} bytes"
+
+
+class AnswerTooLarge(WireFault):
+    """The harness's answer ran past the operator's cap: the read stopped at the cap and the
+    connection was closed; nothing of the answer is used."""
+
+    def __init__(self, what: str, limit: int) -> None:
+        self.what = what
+        self.limit = limit
+        super().__init__(
+            f"the harness's {what} answer is larger than {byte_size(limit)} (the operator's "
+            "--max-history-bytes, chart value operator.maxHistoryBytes): reading stopped there"
+        )

@@ -36,7 +36,7 @@ from ._decide import (
     is_interrupted,
     needs_evaluation,
 )
-from ._faults import ConversationLost, SettlementFault, WireFault
+from ._faults import AnswerTooLarge, ConversationLost, SettlementFault, WireFault
 from ._ports import EventSink, TurnStore, WirePort
 from ._state import (
     Decision,
@@ -152,6 +152,11 @@ class SessionDriver:
             except ConversationLost as lost:
                 return await self._finish(
                     Decision("finish", "Failed", f"the harness lost the conversation: {lost}")
+                )
+            except AnswerTooLarge as too_large:
+                # Every later read from this offset is as large: the turn cannot be followed.
+                return await self._finish(
+                    Decision("finish", "Failed", f"the turn cannot be followed: {too_large}")
                 )
             last_text = settled.text
             decision = await self._settle(ledger, settled)

@@ -219,7 +219,9 @@ async def _hand_over(
         grantedRoot=spec.workspace.granted_root,
         readOnly=spec.read_only,
         checkout=CheckoutRequest(
-            repo=repo, ref=spec.workspace.ref, branch=naming.session_branch(name)
+            repo=repo,
+            ref=spec.workspace.ref,
+            branch=spec.workspace.branch or naming.session_branch(name),
         ),
     )
     settings = rt.settings

@@ -53,6 +53,7 @@ THAWED = "Thawed"  # the freeze was lifted (deleted or `frozen: false`)
 # Archived (docs/history.md): the transcript and receipts kept before the sandbox pod went.
 ARCHIVED = "Archived"  # written to the archive
 ARCHIVE_FAILED = "ArchiveFailed"  # not written by the deadline; the pod went anyway
+HISTORY_TOO_LARGE = "HistoryTooLarge"  # over --max-history-bytes: the record alone is archived
 
 SESSION_REASONS: frozenset[str] = frozenset(
     {
@@ -88,5 +89,6 @@ SESSION_REASONS: frozenset[str] = frozenset(
         THAWED,
         ARCHIVED,
         ARCHIVE_FAILED,
+        HISTORY_TOO_LARGE,
     }
 )

@@ -18,6 +18,7 @@ from corral_api import API_VERSION
 from corral_api.freeze import FrozenBy
 from corral_api.kinds import Agent, ChildrenSummary, Session, SessionStatus
 from corral_api.timestamps import parse_rfc3339, rfc3339
+from corral_common.branches import session_refusal
 
 from .. import naming
 from ..driver import wait_satisfied
@@ -369,8 +370,11 @@ def plan_session(
         return result(
             _finish(old, "Failed", f"invalid spec: {exc}", stamp), "released", R.INVALID_SPEC
         )
-    # No CRD rule can compare two objects: a budget above the Agent's is refused here.
+    # No CRD rule can compare two objects: a budget above the Agent's is refused here, and so
+    # is a branch outside the Agent's patterns (a child is held to its own Agent's).
     over = budget_above_agent(session.spec.budget, agent.spec.limits.budget)
+    if over is None:
+        over = session_refusal(session, agent)
     if over is not None:
         return result(
             _finish(old, "Failed", f"invalid spec: {over}", stamp), "released", R.INVALID_SPEC

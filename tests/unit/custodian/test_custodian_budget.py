@@ -15,12 +15,13 @@ from corral_custodian.budget import (
     Held,
     StreamUsageReader,
     UsageTotals,
+    body_charge,
     budget_refusal,
     lowest,
     remaining,
     reservation_for,
     reservation_refusal,
-    usage_of_body,
+    stream_charge,
 )
 from corral_custodian.facts import SessionFacts
 from corral_custodian.model_rules import CheckedRequest, ModelRefusal, check_request
@@ -62,10 +63,10 @@ def test_stream_usage_survives_any_chunking(chunk_size: int) -> None:
 
 def test_garbage_in_a_stream_is_ignored_not_fatal() -> None:
     reader = StreamUsageReader(model="m")
-    reader.feed(b"data: not json\ndata: [1,2]\n: comment\n")
-    reader.feed(b'data: {"type":"message_delta","usage":{"output_tokens":-5}}\n')
+    reader.feed(b"data: not json\n\ndata: [1,2]\n\n: comment\n\n")
+    reader.feed(b'data: {"type":"message_delta","usage":{"output_tokens":-5}}\n\n')
     reader.close()
-    assert reader.usage.output == 0
+    assert reader.usage.output == 0 and not reader.final
 
 
 def test_dated_model_ids_take_the_catalog_price_and_unknown_models_cost_nothing() -> None:
@@ -76,10 +77,23 @@ def test_dated_model_ids_take_the_catalog_price_and_unknown_models_cost_nothing(
     assert totals.cost == 0.0 and totals.unpriced_models == ["mystery-model"]
 
 
-def test_non_streamed_usage() -> None:
-    call = usage_of_body("x", {"model": "claude-haiku-4-5", "usage": {"input_tokens": 3}})
-    assert call is not None and call.input == 3
-    assert usage_of_body("x", {"type": "error"}) is None
+def test_a_non_streamed_answer_is_charged_its_usage_or_else_the_whole_reservation() -> None:
+    ask = CallUsage(model="claude-haiku-4-5", input=300, output=100)
+    read = body_charge(
+        ask, b'{"model": "claude-haiku-4-5", "usage": {"input_tokens": 3, "output_tokens": 4}}'
+    )
+    assert read.why == "" and read.call is not None
+    assert (read.call.input, read.call.output) == (3, 4)
+    for unreadable, why in (
+        (b"<html>", "not JSON"),
+        (b'{"type": "message"}', "no usage"),
+        (b'{"usage": {"input_tokens": 3}}', "no input or output count"),
+        (b'{"usage": {"input_tokens": 900, "output_tokens": "many"}}', "no input or output"),
+    ):
+        charge = body_charge(ask, unreadable)
+        assert why in charge.why and "whole reservation" in charge.why
+        assert charge.call is not None and charge.call.output == 100
+        assert charge.call.input == (900 if b"900" in unreadable else 300)  # more if it said so
 
 
 def test_budget_refuses_once_spent_and_names_the_budget() -> None:
@@ -127,20 +141,56 @@ def test_a_reservation_must_fit_beside_spending_requests_in_flight_and_children(
     assert lowest(Budget(tokens=5, cost=2.0), Budget(tokens=9), Budget()) == Budget(5, 2.0)
 
 
-def test_a_cut_stream_is_charged_for_what_came_through() -> None:
+def _read(stream: bytes) -> StreamUsageReader:
     reader = StreamUsageReader(model="claude-haiku-4-5")
-    cut = STREAM.split(b"event: message_delta")[0]
-    reader.feed(cut + b'event: content_block_delta\ndata: {"type":"content_block_delta",'
-                b'"delta":{"type":"text_delta","text":"' + b"y" * 400 + b'"}}\n\n')  # fmt: skip
+    reader.feed(stream)
     reader.close()
-    settled = reader.settled()
-    assert settled is not None and not reader.completed
-    assert settled.output == 101  # ceil((2 + 400) / 4) bytes of text, not message_start's 1
-    whole = StreamUsageReader(model="claude-haiku-4-5")
-    whole.feed(STREAM)
-    whole.close()
-    assert whole.completed and whole.settled() == whole.usage
-    assert StreamUsageReader(model="m").settled() is None  # nothing began: nothing charged
+    return reader
+
+
+ASK = CallUsage(model="claude-haiku-4-5", input=2000, output=4000)
+
+
+def test_a_stream_the_caller_cut_is_charged_for_what_came_through() -> None:
+    cut = STREAM.split(b"event: message_delta")[0]
+    reader = _read(
+        cut + b'event: content_block_delta\ndata: {"type":"content_block_delta",'
+        b'"delta":{"type":"text_delta","text":"' + b"y" * 400 + b'"}}\n\n'
+    )  # fmt: skip
+    charge = stream_charge(reader, ASK, upstream_ended=False)
+    assert charge.call is not None and not reader.completed and "caller went away" in charge.why
+    assert charge.call.input == 1000
+    assert charge.call.output == 101  # ceil((2 + 400) / 4) bytes of text, not message_start's 1
+    whole = _read(STREAM)
+    assert whole.completed and stream_charge(whole, ASK, upstream_ended=True).call == whole.usage
+    # Hung up before the answer began: the provider had the request, its input is charged.
+    early = stream_charge(StreamUsageReader(model="m"), ASK, upstream_ended=False)
+    assert early.call is not None and (early.call.input, early.call.output) == (2000, 0)
+
+
+def test_a_stream_that_ended_without_its_usage_is_charged_the_whole_reservation() -> None:
+    no_delta = STREAM.replace(b'"usage":{"output_tokens":500}', b'"other":1')
+    for stream, why in (
+        (b'event: message_stop\ndata: {"type":"message_stop"}\n\n', "reported no usage"),
+        (b"", "reported no usage"),
+        (no_delta, "without its final usage"),
+        (STREAM.split(b"event: message_delta")[0], "without its final usage"),
+        (STREAM.split(b"event: message_delta")[0] + b"data: {", "inside an event"),
+    ):
+        charge = stream_charge(_read(stream), ASK, upstream_ended=True)
+        assert why in charge.why and "whole reservation" in charge.why, charge
+        assert charge.call is not None
+        assert (charge.call.input, charge.call.output) == (2000, 4000)
+    # A stream that said it used more than was reserved is charged that.
+    big = STREAM.replace(b'"input_tokens":1000', b'"input_tokens":9000').split(
+        b"event: message_delta"
+    )[0]
+    charge = stream_charge(_read(big), ASK, upstream_ended=True)
+    assert charge.call is not None and (charge.call.input, charge.call.output) == (9000, 4000)
+    # The provider's own error event before anything began: nothing was generated.
+    error = b'event: error\ndata: {"type":"error","error":{"type":"overloaded_error"}}\n\n'
+    refused = stream_charge(_read(error), ASK, upstream_ended=True)
+    assert refused.call is None and "error event" in refused.why
 
 
 def facts_with(**agent: object) -> SessionFacts:
@@ -158,7 +208,7 @@ def test_the_model_request_rules() -> None:
         {"model": "claude-haiku-4-5", "max_tokens": 9000,
          "thinking": {"type": "enabled", "budget_tokens": 4096}},
     )  # fmt: skip
-    assert isinstance(clamped, CheckedRequest) and clamped.changed
+    assert isinstance(clamped, CheckedRequest)
     assert clamped.body["max_tokens"] == 2000
     assert clamped.body["thinking"] == {"type": "enabled", "budget_tokens": 1999}
     tiny = check_request(
@@ -168,7 +218,7 @@ def test_the_model_request_rules() -> None:
     )  # fmt: skip
     assert isinstance(tiny, CheckedRequest) and tiny.body["thinking"] == {"type": "disabled"}
     kept = check_request(f, {"model": "claude-haiku-4-5", "max_tokens": 5})
-    assert isinstance(kept, CheckedRequest) and not kept.changed
+    assert isinstance(kept, CheckedRequest) and kept.body["max_tokens"] == 5
     for bad in ({"max_tokens": True}, {"max_tokens": "9"}, {}):
         refused = check_request(f, {"model": "claude-haiku-4-5", **bad})
         assert isinstance(refused, ModelRefusal) and "max_tokens" in refused.message

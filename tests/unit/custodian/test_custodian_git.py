@@ -1,5 +1,7 @@
-"""Push from the custodian, with the agent's repository full of traps: nothing planted in the
-workspace runs inside the custodian, and local or command-running remotes are refused."""
+"""Push from the custodian, with the agent's repository full of traps: the custodian never
+opens the workspace (its commits arrive as a bundle), so nothing planted there runs inside the
+custodian, even with CORRAL_WORKSPACE still naming it; and local or command-running remotes are
+refused."""
 
 from __future__ import annotations
 
@@ -58,10 +60,9 @@ def push(url: str, headers: dict[str, str]) -> dict[str, object]:
 def test_push_to_a_local_or_command_remote_is_refused(
     served: tuple[Path, Path, str], tmp_path: Path, remote: str, fragment: str
 ) -> None:
-    work, bare, _ = served
+    _, bare, _ = served
     marker = tmp_path / "ext-ran"
     env = {
-        "CORRAL_WORKSPACE": str(work),
         "CORRAL_SESSION_BRANCH": "corral/s1",
         "CORRAL_STATE_DIR": str(tmp_path / "state"),
         "CORRAL_AGENT_SPEC_JSON": AGENT,
@@ -96,6 +97,10 @@ def test_nothing_planted_in_the_workspace_runs_inside_the_custodian(
     git(work, "add", ".gitattributes")
     git(work, "commit", "-qm", "attributes")
     head = git(work, "rev-parse", "HEAD")
+    # The tools side's bundle, written before the traps are armed (the harness's own git runs
+    # there as the agent; what this test asks is whether the custodian ever runs any).
+    bundle = tmp_path / "work.bundle"
+    git(work, "bundle", "create", "-q", str(bundle), "HEAD")
 
     hook_names = (
         "pre-push", "pre-receive", "post-receive", "update", "post-update",
@@ -132,6 +137,7 @@ def test_nothing_planted_in_the_workspace_runs_inside_the_custodian(
         )  # fmt: skip
 
     env = {
+        # Still set, as an older operator would: accepted and never used.
         "CORRAL_WORKSPACE": str(work),
         "CORRAL_SESSION_BRANCH": "corral/s1",
         "CORRAL_STATE_DIR": str(tmp_path / "state"),
@@ -139,9 +145,16 @@ def test_nothing_planted_in_the_workspace_runs_inside_the_custodian(
         "CORRAL_GIT_REMOTE_URL": url,
     }
     with running_custodian(env, tmp_path / "custodian.log") as custodian:
+        sent = httpx.post(
+            f"{custodian.url}/agents/c1/bundle", params={"revision": head},
+            content=bundle.read_bytes(),
+            headers={**custodian.headers, "content-type": "application/x-git-bundle"},
+            timeout=60,
+        )  # fmt: skip
+        assert sent.status_code == 200, sent.text
         answer = push(custodian.url, custodian.headers)
         assert answer["isError"] is False, answer
-        # Twice: the second push fetches into an existing mirror.
+        # Twice: the second push sends the same tip again (already on the remote).
         assert push(custodian.url, custodian.headers)["isError"] is False
     assert git(bare, "rev-parse", "refs/heads/corral/s1") == head
     assert sorted(p.name for p in markers.iterdir()) == []

@@ -19,6 +19,7 @@ import pytest
 
 from corral_harness.scripted import ScriptedModel, parse_script, serve_in_thread
 
+from ._bundle_rig import send_head
 from ._custodian_proc import Custodian, git, git_daemon, running_custodian
 
 pytestmark = pytest.mark.timeout(60)
@@ -250,7 +251,6 @@ def test_push_goes_to_the_sessions_branch_only_even_when_the_agent_rewires_git(
 ) -> None:
     work, remote, url = repos
     env = {
-        "CORRAL_WORKSPACE": str(work),
         "CORRAL_SESSION_BRANCH": "corral/s1",
         "CORRAL_STATE_DIR": str(tmp_path / "state"),
         "CORRAL_GIT_REMOTE_URL": url,
@@ -259,9 +259,10 @@ def test_push_goes_to_the_sessions_branch_only_even_when_the_agent_rewires_git(
     with running_custodian(env, tmp_path / "custodian.log") as custodian, custodian.client() as c:
         (work / "a.txt").write_text("two\n")
         git(work, "commit", "-qam", "two")
-        head = git(work, "rev-parse", "HEAD")
+        head = send_head(custodian.url, custodian.headers, work)  # as the harness does
         pushed = c.post("/agents/c1/tools/push", json={}).json()
-        assert pushed["isError"] is False, pushed
+        assert pushed == {"content": f"pushed {head} to corral/s1", "isError": False,
+                          "endsTurn": False}  # fmt: skip
         assert git(remote, "rev-parse", "refs/heads/corral/s1") == head
 
         main_before = git(remote, "rev-parse", "refs/heads/main")
@@ -271,7 +272,8 @@ def test_push_goes_to_the_sessions_branch_only_even_when_the_agent_rewires_git(
         assert git(remote, "rev-parse", "refs/heads/main") == main_before
 
         # The agent owns the workspace's .git: it points origin elsewhere, adds an insteadOf
-        # for the real remote, and a pre-push hook.
+        # for the real remote, and a pre-push hook. The custodian never reads any of it: it
+        # takes the commits as a bundle.
         evil = tmp_path / "served" / "evil.git"
         git(tmp_path, "init", "-q", "--bare", str(evil))
         (work / "a.txt").write_text("three\n")
@@ -284,6 +286,7 @@ def test_push_goes_to_the_sessions_branch_only_even_when_the_agent_rewires_git(
         git(work, "config", "core.hooksPath", str(hooks))
         git(work, "config", "remote.origin.url", str(evil))
         git(work, "config", f"url.{evil}.insteadOf", url)
+        send_head(custodian.url, custodian.headers, work)
         pushed = c.post("/agents/c1/tools/push", json={}).json()
         assert pushed["isError"] is False, pushed
         assert git(remote, "rev-parse", "refs/heads/corral/s1") == git(work, "rev-parse", "HEAD")
@@ -295,6 +298,7 @@ def test_push_goes_to_the_sessions_branch_only_even_when_the_agent_rewires_git(
         (work / "b.txt").write_text("four\n")
         git(work, "-c", f"core.hooksPath={os.devnull}", "add", "b.txt")
         git(work, "-c", f"core.hooksPath={os.devnull}", "commit", "-qm", "four")
+        send_head(custodian.url, custodian.headers, work)
         pushed = c.post("/agents/c1/tools/push", json={}).json()
         assert pushed["isError"] is False, pushed
         assert git(remote, "rev-parse", "refs/heads/corral/s1") == git(work, "rev-parse", "HEAD")
@@ -306,15 +310,17 @@ def test_push_goes_to_the_sessions_branch_only_even_when_the_agent_rewires_git(
         git(work, "-c", f"core.hooksPath={os.devnull}", "add", "c.txt")
         git(work, "-c", f"core.hooksPath={os.devnull}", "commit", "-qm", "rewrite")
         before = git(remote, "rev-parse", "refs/heads/corral/s1")
+        send_head(custodian.url, custodian.headers, work)
         rejected = c.post("/agents/c1/tools/push", json={}).json()
         assert rejected["isError"] is True
+        assert "non_fast_forward" in rejected["content"]
         assert git(remote, "rev-parse", "refs/heads/corral/s1") == before
 
 
 def test_the_menu_without_a_cluster_offers_push_only(
     repos: tuple[Path, Path, str], tmp_path: Path
 ) -> None:
-    work, _, url = repos
+    _, _, url = repos
     spec = json.dumps(
         {
             "identity": "x",
@@ -324,7 +330,6 @@ def test_the_menu_without_a_cluster_offers_push_only(
         }
     )
     env = {
-        "CORRAL_WORKSPACE": str(work),
         "CORRAL_SESSION_BRANCH": "corral/s1",
         "CORRAL_AGENT_SPEC_JSON": spec,
         "CORRAL_GIT_REMOTE_URL": url,
@@ -342,7 +347,6 @@ def test_menu_tools_are_refused_by_the_agents_allow_and_deny(
     spec_file = tmp_path / "agent.json"
     spec_file.write_text(json.dumps({**AGENT, "tools": {"allow": ["bash", "read"]}}))
     env = {
-        "CORRAL_WORKSPACE": str(work),
         "CORRAL_SESSION_BRANCH": "corral/s1",
         "CORRAL_AGENT_SPEC_FILE": str(spec_file),
         "CORRAL_GIT_REMOTE_URL": url,
@@ -371,5 +375,6 @@ def test_menu_tools_are_refused_by_the_agents_allow_and_deny(
         assert refused["content"] == "mcp__corral__push is denied by the Agent's tools.deny"
         assert git(remote, "for-each-ref", "refs/heads/corral") == ""
         spec_file.write_text(json.dumps({**AGENT, "tools": {"allow": ["push"]}}))
+        send_head(custodian.url, custodian.headers, work)
         assert c.post("/agents/c1/tools/push", json={}).json()["isError"] is False
         assert git(remote, "rev-parse", "refs/heads/corral/s1") == git(work, "rev-parse", "HEAD")

@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from corral_api.digest import check_definition_digest
-from corral_api.kinds import AgentLimits, AgentSpec, ChildPolicy, LandingCheck, ToolPolicy
+from corral_api.kinds import (
+    AgentLimits,
+    AgentSpec,
+    AgentWorkspace,
+    ChildPolicy,
+    Landing,
+    LandingCheck,
+    ToolPolicy,
+)
 from corral_api.labels import evidence_labels
 from corral_custodian import rules
 from corral_custodian._digest import action_digest, canonical_json
@@ -31,6 +39,7 @@ def agent(**limits: int) -> AgentSpec:
         orchestrator=True,
         limits=AgentLimits(**limits),
         tools=ALL_TOOLS,
+        landing=Landing(targets=["main"]),
     )
 
 
@@ -318,6 +327,35 @@ def test_push_without_a_branch_or_in_read_only_is_refused() -> None:
     refused(rules.decide_push(facts(read_only=True), {}), "read-only")
 
 
+def test_a_session_branch_outside_the_agents_patterns_is_never_pushed() -> None:
+    # The operator fails such a Session before a pod exists; the custodian refuses the same,
+    # whatever the input says, as if the operator had been bypassed.
+    on_main = facts(branch="main")
+    for tool_input in ({}, {"branch": "main"}, {"refspec": "HEAD:refs/heads/main"}):
+        refused(
+            rules.decide_push(on_main, tool_input),
+            "pushes nothing",
+            "spec.workspace.branch 'main'",
+            "Agent 'coder'",
+            "corral/**",
+        )
+    narrow = agent().model_copy(update={"workspace": AgentWorkspace(branches=["bot/*"])})
+    refused(rules.decide_push(facts(agent=narrow), {}), "'corral/parent' is outside", "bot/*")
+    assert rules.decide_push(facts(agent=narrow, branch="bot/x"), {}) == rules.PushPlan("bot/x")
+    assert rules.branch_refusal(facts()) is None
+
+
+@pytest.mark.parametrize("ref", ["release", "refs/heads/release", "origin/release"])
+def test_the_branch_the_ref_names_is_never_pushed(ref: str) -> None:
+    anywhere = agent().model_copy(update={"workspace": AgentWorkspace(branches=["**"])})
+    onto_base = facts(agent=anywhere, branch="release", ref=ref)
+    refused(rules.decide_push(onto_base, {}), f"spec.workspace.ref {ref!r}", "starts from")
+    # The remote's HEAD, resolved by the caller, counts the same.
+    head = facts(agent=anywhere, branch="trunk", ref="HEAD", ref_branches=("trunk",))
+    refused(rules.decide_push(head, {}), "starts from")
+    assert isinstance(rules.decide_push(facts(agent=anywhere, ref="main"), {}), rules.PushPlan)
+
+
 # ------------------------------------------------------------------------------------- land
 
 
@@ -498,6 +536,34 @@ def test_without_a_landing_check_an_approval_is_enough() -> None:
     assert isinstance(rules.decide_land(facts(), LAND, [approval("Approved")], []), rules.LandPlan)
 
 
+def test_an_agent_without_landing_targets_lands_nowhere_even_approved() -> None:
+    bare = agent().model_copy(update={"landing": Landing()})
+    reason = refused(rules.decide_land(facts(agent=bare), LAND, [approval("Approved")], []))
+    assert reason == "this Agent lists no landing targets: spec.landing.targets"
+    # Refused before a person is asked: no Approval is created for a land that cannot happen.
+    refused(rules.decide_land(facts(agent=bare), LAND, [], []), "no landing targets")
+
+
+def test_a_land_outside_the_targets_is_refused_naming_them() -> None:
+    release = agent().model_copy(update={"landing": Landing(targets=["release/*", "main"])})
+    prod = {"target": "prod", "revision": SHA}
+    approved = approval("Approved", arguments={"target": "prod", "revision": SHA})
+    refused(
+        rules.decide_land(facts(agent=release), prod, [approved], []),
+        "'prod' is outside this Agent's spec.landing.targets (release/*, main)",
+    )
+    deep = {"target": "release/1/hotfix", "revision": SHA}
+    refused(rules.decide_land(facts(agent=release), deep, [], []), "outside")
+    ok = {"target": "release/1", "revision": SHA}
+    assert isinstance(rules.decide_land(facts(agent=release), ok, [], []), rules.AskApproval)
+
+
+def test_a_listed_target_still_needs_the_approval_and_the_evidence() -> None:
+    f = facts(land_check=CHECK, repo=REPO)
+    assert isinstance(rules.decide_land(f, LAND, [], []), rules.AskApproval)
+    refused(rules.decide_land(f, LAND, [approval("Approved")], []), "waits for the Evidence")
+
+
 @pytest.mark.parametrize(
     ("tool_input", "fragment"),
     [
@@ -583,3 +649,20 @@ def test_object_names_from_a_model_cannot_walk_the_api_path() -> None:
     assert rules.is_object_name("lead-child-x7k2p")
     for bad in ("../secrets/model", "a/b", "..", "UPPER", "", "x" * 254, "a..b", None, 3):
         assert not rules.is_object_name(bad), bad
+
+
+def test_the_gate_never_asks_a_person_about_a_land_no_approval_could_release() -> None:
+    ask = rules.AskApproval(
+        tool="mcp__corral__land",
+        arguments={"target": "prod", "revision": SHA},
+        digest="sha256:" + "0" * 64,
+        reason="ship it",
+    )
+    release = agent().model_copy(update={"landing": Landing(targets=["release/*"])})
+    refused(rules.gate_action(ask, facts(agent=release)), "'prod' is outside", "release/*")
+    bare = agent().model_copy(update={"landing": Landing()})
+    refused(rules.gate_action(ask, facts(agent=bare)), "lists no landing targets")
+    listed = replace(ask, arguments={"target": "release/2", "revision": SHA})
+    action = rules.gate_action(listed, facts(agent=release))
+    assert isinstance(action, rules.AskApproval) and action.tool == "land"
+    assert action.digest == action_digest("land", {"target": "release/2", "revision": SHA})

@@ -85,7 +85,6 @@ def test_the_harness_never_holds_the_key_and_pushes_through_the_menu(
     custodian_env = {
         "CORRAL_UPSTREAM_URL": upstream,
         "ANTHROPIC_API_KEY": MODEL_KEY,
-        "CORRAL_WORKSPACE": str(root),
         "CORRAL_SESSION_BRANCH": "corral/s1",
         "CORRAL_STATE_DIR": str(tmp_path / "custodian-state"),
         "CORRAL_AGENT_SPEC_JSON": json.dumps(AGENT),

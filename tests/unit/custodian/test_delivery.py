@@ -93,7 +93,6 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     env = {
         "CORRAL_UPSTREAM_URL": server.url,
         "ANTHROPIC_API_KEY": "sk-ant-test",
-        "CORRAL_WORKSPACE": str(root),
         "CORRAL_SESSION_BRANCH": BRANCH,
         "CORRAL_STATE_DIR": str(tmp_path / "custodian-state"),
         "CORRAL_AGENT_SPEC_JSON": json.dumps(AGENT),

@@ -1,4 +1,5 @@
-"""Choosing the engine, the lean adapter's stream reader, and /readyz waiting for the engine.
+"""Choosing the engine, and /readyz waiting for the engine (the lean adapter's stream reader is
+held to the event-stream table in tests/unit/common/test_sse.py).
 
 The SDK must not be imported on the default (lean) path: that import is what kept the first
 model request seconds after process start (docs/performance.md, "First model request").
@@ -10,7 +11,6 @@ import asyncio
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -18,7 +18,6 @@ from starlette.testclient import TestClient
 
 from corral_harness.config import HarnessConfig
 from corral_harness.engine import lean_engine
-from corral_harness.engine._sse import ServerSentEvent, read_events
 from corral_harness.engine.choice import engine_loader
 from corral_harness.engine.lean_engine import LeanEngine
 from corral_harness.engine.seam import EngineAdapter
@@ -63,37 +62,6 @@ print(type(engine).__name__, "anthropic" in sys.modules)
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["LeanEngine", "False"]
-
-
-async def _lines(*lines: str) -> AsyncIterator[str]:
-    for line in lines:
-        yield line
-
-
-async def _read(*lines: str) -> list[ServerSentEvent]:
-    return [event async for event in read_events(_lines(*lines))]
-
-
-def test_the_stream_reader_follows_the_event_stream_format() -> None:
-    events = asyncio.run(
-        _read(
-            ": a comment line is ignored",
-            "event: message_start",
-            'data: {"type": "message_start",',
-            'data:"more": 1}',
-            "id: 7",
-            "",
-            "",  # a second blank line dispatches nothing
-            "data: no event name",
-            "",
-            "event: message_stop",
-            'data: {"type": "message_stop"}',  # cut before its blank line: dropped
-        )
-    )
-    assert events == [
-        ServerSentEvent("message_start", '{"type": "message_start",\n"more": 1}'),
-        ServerSentEvent(None, "no event name"),
-    ]
 
 
 def _app_with(loader: object, tmp_path: Path) -> TestClient:

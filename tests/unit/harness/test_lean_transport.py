@@ -12,7 +12,7 @@ import pytest
 
 from corral_harness.engine import lean_engine
 from corral_harness.engine._loop import EngineSettings, StreamingEngine
-from corral_harness.engine.lean_engine import LeanEngine, _direct_client, _text_lines
+from corral_harness.engine.lean_engine import LeanEngine, _direct_client
 from corral_harness.scripted import RunningServer
 
 from . import test_engine_adapter as conformance
@@ -66,12 +66,3 @@ async def test_a_closed_loops_client_is_not_reused_by_a_loop_with_its_id() -> No
     lean_engine._direct[key] = (lambda: None, stale[1], stale[2])  # type: ignore[assignment]
     again = _direct_client(settings)
     assert first is not None and again is not None and again[0] is not first[0]
-
-
-async def test_stream_lines_end_in_crlf_lf_or_a_lone_cr() -> None:
-    async def raw() -> object:
-        for line in (b"event: a\r", b"data: x", b"", b"event: b\rdata: \xc3\xa9\r", b""):
-            yield line
-
-    got = [line async for line in _text_lines(raw())]  # type: ignore[arg-type]
-    assert got == ["event: a", "data: x", "", "event: b", "data: é", ""]

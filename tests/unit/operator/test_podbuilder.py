@@ -173,9 +173,8 @@ def test_granted_root_below_the_workspace_keeps_the_mount_at_workspace() -> None
     assert c["tools"]["workingDir"] == "/workspace/services/api"
     assert _mounts(c["tools"])["/workspace"]["name"] == "workspace"
     assert _mounts(c["checkout"])["/workspace"]["name"] == "workspace"
-    assert _mounts(c["custodian"])["/workspace"]["name"] == "workspace"
+    assert "/workspace" not in _mounts(c["custodian"])
     assert _value(c["harness"], "CORRAL_GRANTED_ROOT") == "/workspace/services/api"
-    assert _value(c["custodian"], "CORRAL_WORKSPACE") == "/workspace"
 
 
 @pytest.mark.parametrize(
@@ -307,15 +306,9 @@ def test_custodian_ports_files_and_identity(pod: dict[str, Any]) -> None:
     assert env["CORRAL_WIRE_TOKEN_FILE"]["value"] == "/var/run/corral/wire/token"
     assert env["CORRAL_AGENT_NAME"]["value"] == "coder"
     assert env["CORRAL_GIT_REMOTE_URL"]["value"] == "https://git.example/repo.git"
-    assert env["CORRAL_WORKSPACE"]["value"] == "/workspace"
     names = [e["name"] for e in custodian["env"]]
     assert names.index("CORRAL_POD_IP") < names.index("CORRAL_CUSTODIAN_OPERATOR_ADDR")
     mounts = _mounts(custodian)
-    assert mounts["/workspace"] == {
-        "name": "workspace",
-        "mountPath": "/workspace",
-        "readOnly": True,
-    }
     assert mounts["/var/run/corral/wire"]["readOnly"] is True
     assert "/var/run/corral/exec" not in mounts  # the keys never touch the exec socket
 
@@ -326,6 +319,16 @@ def test_custodian_gets_the_resolved_repository_as_its_remote() -> None:
     assert _value(_containers(pod)["custodian"], "CORRAL_GIT_REMOTE_URL") == (
         "/srv/corral/repos/demo/repo"
     )
+
+
+def test_the_custodian_never_sees_the_workspace(pod: dict[str, Any]) -> None:
+    # The agent's commits reach it as a bundle the tools side writes: a symlink the agent
+    # plants in .git can never be resolved by the container holding the credentials.
+    custodian = _containers(pod)["custodian"]
+    assert all(m["name"] != "workspace" for m in custodian["volumeMounts"])
+    assert not any(m["mountPath"].startswith("/workspace") for m in custodian["volumeMounts"])
+    assert "CORRAL_WORKSPACE" not in _env(custodian)
+    assert not any("/workspace" in str(e.get("value", "")) for e in custodian["env"])
 
 
 def test_the_landing_check_is_not_frozen_into_the_pod() -> None:
@@ -457,6 +460,7 @@ def test_every_empty_dir_is_sized(pod: dict[str, Any]) -> None:
         "state": {"sizeLimit": "1Gi"},
         "harness-tmp": {"sizeLimit": "1Gi"},
         "tools-tmp": {"sizeLimit": "1Gi"},
+        "checkout-home": {"sizeLimit": "1Gi"},
         "custodian-state": {"sizeLimit": "1Gi"},
         "custodian-tmp": {"sizeLimit": "1Gi"},
         "exec-bin": {"sizeLimit": "128Mi"},
@@ -471,7 +475,7 @@ def test_each_role_has_its_own_tmp_and_state(pod: dict[str, Any]) -> None:
     h, t, c = by_container["harness"], by_container["tools"], by_container["custodian"]
     assert h & t == {"exec-socket"}  # the brain and the hands share only the socket
     assert h & c == {"wire"}  # the brain and the keys share only the wire Secret
-    assert t & c == {"workspace"}  # the keys read the hands' workspace (read-only) to push
+    assert t & c == set()  # the keys never see the hands' workspace: commits come as bundles
 
 
 def test_every_container_is_restricted(pod: dict[str, Any]) -> None:
