@@ -22,6 +22,7 @@ turns (default 10), after one warm-up turn.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -30,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -249,6 +251,10 @@ def timed_turn(client: httpx.Client, box: Sandbox, model_url: str, turn: int) ->
     return seen - last
 
 
+def short(repo: str) -> str:
+    return "demo" if repo == "demo" else "big"
+
+
 def turn_script(turns: int) -> list[dict[str, object]]:
     replies: list[dict[str, object]] = []
     for i in range(turns):
@@ -256,6 +262,19 @@ def turn_script(turns: int) -> list[dict[str, object]]:
         replies.append({"tool_use": {"name": "bash", "input": {"command": command}}})
         replies.append({"text": f"turn {i} done"})
     return replies
+
+
+@contextlib.contextmanager
+def bench_dir() -> Iterator[Path]:
+    """A scratch directory, removed after the run unless CORRAL_BENCH_KEEP_STATE is set."""
+    work = Path(tempfile.mkdtemp(prefix="corral-delivery-bench-"))
+    try:
+        yield work
+    finally:
+        if os.environ.get("CORRAL_BENCH_KEEP_STATE"):
+            print(f"(kept {work})")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def main() -> None:
@@ -272,15 +291,16 @@ def main() -> None:
     args = parser.parse_args()
     kinds = ["now"] + (["before"] if args.baseline else [])
     missed = False
-    with tempfile.TemporaryDirectory(prefix="corral-delivery-bench-") as tmp:
-        work = Path(tmp)
+    with bench_dir() as work:
         remotes = {"demo": demo_remote(work), "20,000 files": big_remote(work)}
         baseline = checkout_baseline(work, args.baseline) if args.baseline else None
         baseline_exec = build_baseline_exec(baseline) if baseline is not None else None
         daemon, git_port = start_git_daemon(work / "remotes")
         script = work / "script.json"
         convs = {
-            f"{kind}-{repo}": turn_script(args.turns + 1) for kind in kinds for repo in remotes
+            f"{kind}-{short(repo)}": turn_script(args.turns + 1)
+            for kind in kinds
+            for repo in remotes
         }
         script.write_text(json.dumps({"conversations": convs}))
         model_port = free_port()
@@ -299,7 +319,7 @@ def main() -> None:
                     url = f"git://127.0.0.1:{git_port}/{bare.name}"
                     here = {
                         kind: start_sandbox(
-                            work, kind, "big" if repo != "demo" else "demo", url, model_url,
+                            work, kind, short(repo), url, model_url,
                             baseline=baseline if kind == "before" else None,
                             exec_binary=baseline_exec if kind == "before" else None,
                         )
