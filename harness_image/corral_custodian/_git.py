@@ -35,6 +35,7 @@ excerpt that has passed `_secrets.redact` (`GitResult.message`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
 import re
@@ -46,6 +47,7 @@ from pathlib import Path
 from ._bundle import MAX_EXPANSION, BundleRefused, read_header, scan_pack
 from ._secrets import redact
 from .rules import remote_refusal
+from .settings import register_git_credentials
 
 GIT_TIMEOUT = 120.0
 EXCERPT_LIMIT = 200
@@ -198,6 +200,10 @@ class GitPusher:
             "-c", "credential.helper=",
         ]  # fmt: skip
         if self.credentials_file is not None:
+            # A Secret volume's file is replaced when the Secret rotates: what git will send
+            # is registered before it can appear in git's output.
+            with contextlib.suppress(ValueError):  # too short: start-up already named it
+                register_git_credentials(self.credentials_file)
             args += ["-c", f"credential.helper=store --file={self.credentials_file}"]
         return args
 

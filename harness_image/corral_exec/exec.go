@@ -69,60 +69,76 @@ func (s *Service) lookPath(name string) (string, error) {
 	return "", exec.ErrNotFound
 }
 
-func (s *Service) exec(w http.ResponseWriter, r *http.Request) {
-	fail := func(e *apiError) {
-		writeJSON(w, e.Status, map[string]string{"error": e.Kind, "reason": e.Reason})
+// commandTarget checks what every command call names: a program, a working directory inside
+// the root, a timeout; it returns the program's path, the directory's real path and the
+// timeout, or the refusal to answer with.
+func (s *Service) commandTarget(q request, argv []string, cwd string, timeoutSeconds float64) (string, string, time.Duration, *apiError) {
+	if len(argv) == 0 || argv[0] == "" || q.suspect {
+		return "", "", 0, badRequest("argv must name a program, in valid UTF-8")
 	}
+	if timeoutSeconds <= 0 {
+		timeoutSeconds = 120
+	}
+	timeoutSeconds = min(timeoutSeconds, 24*60*60)
+	if cwd == "" {
+		cwd = "."
+	}
+	dir, apiErr := s.inside(q, cwd)
+	if apiErr != nil {
+		return "", "", 0, apiErr
+	}
+	if dir.Kind != KindDir {
+		return "", "", 0, &apiError{http.StatusConflict, "not_dir", "the working directory is not a directory"}
+	}
+	program, err := s.lookPath(argv[0])
+	if err != nil {
+		return "", "", 0, noProgram(argv[0])
+	}
+	return program, dir.Real, time.Duration(timeoutSeconds * float64(time.Second)), nil
+}
+
+func noProgram(name string) *apiError {
+	return &apiError{http.StatusNotFound, "no_program", name + ": program not found"}
+}
+
+// failBeforeStreaming answers a command call that streamed nothing yet as a plain JSON error.
+func failBeforeStreaming(w http.ResponseWriter, name string, err error) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		writeAPIError(w, noProgram(name))
+	case err != nil:
+		writeAPIError(w, osError(err))
+	}
+}
+
+func writeAPIError(w http.ResponseWriter, e *apiError) {
+	writeJSON(w, e.Status, map[string]string{"error": e.Kind, "reason": e.Reason})
+}
+
+func (s *Service) exec(w http.ResponseWriter, r *http.Request) {
 	q, apiErr := readBody(r)
 	if apiErr != nil {
-		fail(apiErr)
+		writeAPIError(w, apiErr)
 		return
 	}
 	var req execRequest
 	if apiErr := q.decode(&req); apiErr != nil {
-		fail(apiErr)
+		writeAPIError(w, apiErr)
 		return
 	}
-	if len(req.Argv) == 0 || req.Argv[0] == "" || q.suspect {
-		fail(badRequest("argv must name a program, in valid UTF-8"))
+	program, dir, timeout, apiErr := s.commandTarget(q, req.Argv, req.Cwd, req.TimeoutSeconds)
+	if apiErr != nil {
+		writeAPIError(w, apiErr)
 		return
 	}
-	if req.TimeoutSeconds <= 0 {
-		req.TimeoutSeconds = 120
-	}
-	req.TimeoutSeconds = min(req.TimeoutSeconds, 24*60*60)
 	if req.KeepBytes <= 0 {
 		req.KeepBytes = 1_000_000
 	}
-	if req.Cwd == "" {
-		req.Cwd = "."
-	}
-	cwd, apiErr := s.inside(q, req.Cwd)
-	if apiErr != nil {
-		fail(apiErr)
-		return
-	}
-	if cwd.Kind != KindDir {
-		fail(&apiError{http.StatusConflict, "not_dir", "the working directory is not a directory"})
-		return
-	}
-	program, err := s.lookPath(req.Argv[0])
-	if err != nil {
-		fail(&apiError{http.StatusNotFound, "no_program", req.Argv[0] + ": program not found"})
-		return
-	}
-	timeout := time.Duration(req.TimeoutSeconds * float64(time.Second))
-	stream := newEventStream(w)
-	err = runCommand(r.Context(), command{
-		Path: program, Argv: req.Argv, Dir: cwd.Real, Env: s.Env, Timeout: timeout, Keep: req.KeepBytes,
+	err := runCommand(r.Context(), command{
+		Path: program, Argv: req.Argv, Dir: dir, Env: s.Env, Timeout: timeout, Keep: req.KeepBytes,
 		AfterExit: s.generationsAfterCommand,
-	}, stream)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		fail(&apiError{http.StatusNotFound, "no_program", req.Argv[0] + ": program not found"})
-	case err != nil:
-		fail(osError(err)) // nothing was streamed yet: still a plain JSON error
-	}
+	}, newEventStream(w))
+	failBeforeStreaming(w, req.Argv[0], err)
 }
 
 type command struct {

@@ -16,7 +16,6 @@ package main
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"net/http"
 	"os"
 	"os/exec"
@@ -48,55 +47,26 @@ type stdoutEvent struct {
 }
 
 func (s *Service) execStdout(w http.ResponseWriter, r *http.Request) {
-	fail := func(e *apiError) {
-		writeJSON(w, e.Status, map[string]string{"error": e.Kind, "reason": e.Reason})
-	}
 	q, apiErr := readBody(r)
 	if apiErr != nil {
-		fail(apiErr)
+		writeAPIError(w, apiErr)
 		return
 	}
 	var req stdoutRequest
 	if apiErr := q.decode(&req); apiErr != nil {
-		fail(apiErr)
+		writeAPIError(w, apiErr)
 		return
 	}
-	if len(req.Argv) == 0 || req.Argv[0] == "" || q.suspect {
-		fail(badRequest("argv must name a program, in valid UTF-8"))
+	program, dir, timeout, apiErr := s.commandTarget(q, req.Argv, req.Cwd, req.TimeoutSeconds)
+	if apiErr != nil {
+		writeAPIError(w, apiErr)
 		return
 	}
-	if req.TimeoutSeconds <= 0 {
-		req.TimeoutSeconds = 120
-	}
-	req.TimeoutSeconds = min(req.TimeoutSeconds, 24*60*60)
 	if req.MaxBytes <= 0 {
 		req.MaxBytes = defaultStdoutMax
 	}
-	if req.Cwd == "" {
-		req.Cwd = "."
-	}
-	cwd, apiErr := s.inside(q, req.Cwd)
-	if apiErr != nil {
-		fail(apiErr)
-		return
-	}
-	if cwd.Kind != KindDir {
-		fail(&apiError{http.StatusConflict, "not_dir", "the working directory is not a directory"})
-		return
-	}
-	program, err := s.lookPath(req.Argv[0])
-	if err != nil {
-		fail(&apiError{http.StatusNotFound, "no_program", req.Argv[0] + ": program not found"})
-		return
-	}
-	timeout := time.Duration(req.TimeoutSeconds * float64(time.Second))
-	err = runForStdout(r.Context(), program, req, cwd.Real, s.Env, timeout, newEventStream(w))
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		fail(&apiError{http.StatusNotFound, "no_program", req.Argv[0] + ": program not found"})
-	case err != nil:
-		fail(osError(err)) // nothing was streamed yet: still a plain JSON error
-	}
+	err := runForStdout(r.Context(), program, req, dir, s.Env, timeout, newEventStream(w))
+	failBeforeStreaming(w, req.Argv[0], err)
 }
 
 // runForStdout starts the command and streams its stdout; an error before the start is
