@@ -66,6 +66,9 @@ def local_node(control_plane: controlplane.ControlPlane) -> Iterator[LocalNodeHa
             time.sleep(0.1)
         yield handle
     finally:
+        # A test may have restarted the node (tests/attack/test_checkout_rerun.py): stop the
+        # process that runs now, so the pods it runs go with it.
+        process = handle.process
         process.terminate()
         try:
             process.wait(timeout=20)
