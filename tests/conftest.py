@@ -23,7 +23,7 @@ TIER_BUDGETS: dict[str, float] = {
     "wire": 240,
     "e2e_local": 240,
     "cluster": 1500,
-    "attack": 120,
+    "attack": 300,
     "node": 300,
 }
 # Phases run outside any test, per tier, on a warm machine: the node tier's build rebuilds

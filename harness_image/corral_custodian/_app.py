@@ -48,7 +48,7 @@ from corral_common.session_files import SessionFiles
 from . import rules
 from ._auth import RequireCredential
 from ._bundle import BundleRefused, write_capped
-from ._delivery import BaseUnavailable, Deliveries
+from ._delivery import BaseUnavailable, Deliveries, with_remote_head
 from ._git import GitPusher
 from ._hooks import add_hook_routes
 from ._kube import KubeClient, KubeError
@@ -274,7 +274,9 @@ def create_app(core: Custodian) -> FastAPI:
             return _problem(503, "cluster_unavailable", str(e))
         workspace = (loaded.session.get("spec") or {}).get("workspace") or {}
         frozen = loaded.frozen_by.describe() if loaded.frozen_by is not None else None
-        protected = rules.branch_refusal(loaded.facts)  # as on every push (docs/delivery.md)
+        # As on every push (docs/delivery.md), with a `HEAD` ref resolved on the remote.
+        facts = await with_remote_head(loaded.facts, core.pusher)
+        protected = rules.branch_refusal(facts)
         record = await core.deliveries.deliver(
             asked, str(workspace.get("ref") or "HEAD"), frozen=frozen, conversation=conversation,
             protected=protected.reason if protected is not None else None,

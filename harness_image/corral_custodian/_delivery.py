@@ -23,6 +23,7 @@ custodian still knows its last push, and served to the operator on its own port
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +33,7 @@ from pydantic import ValidationError
 from corral_api.wire import BundleBase, DeliverRequest, DeliveryRecord, DeliveryState
 
 from ._git import GitPusher, GitResult
+from .facts import SessionFacts
 
 log = logging.getLogger("corral_custodian.delivery")
 
@@ -221,3 +223,14 @@ class Deliveries:
             "Delivered", f"pushed {revision} to {branch}", request,
             attempted=revision, pushed=revision,
         )  # fmt: skip
+
+
+async def with_remote_head(facts: SessionFacts, pusher: GitPusher | None) -> SessionFacts:
+    """`facts` with the branch a `HEAD` ref resolves to on the remote among the ref's branches,
+    so `rules.branch_refusal` refuses it as the session branch as the checkout does."""
+    if pusher is None or (facts.ref not in (None, "", "HEAD")):
+        return facts
+    head = await pusher.remote_default_branch()
+    if head is None or head in facts.ref_branches:
+        return facts
+    return dataclasses.replace(facts, ref_branches=(*facts.ref_branches, head))

@@ -164,6 +164,7 @@ class GitPusher:
         self.mirror = mirror
         self.remote_url = remote_url
         self.credentials_file = credentials_file
+        self._remote_head: str | None = None  # the remote's default branch, once read
         self.session_branch = session_branch
         self.max_bundle_bytes = max_bundle_bytes
         self.max_blob_bytes = max_blob_bytes
@@ -237,6 +238,20 @@ class GitPusher:
         if code == 124:
             return _failed("timeout", f"{what} took over {GIT_TIMEOUT:.0f} s")
         return _failed(classify(out, default), excerpt(out) or what)
+
+    async def remote_default_branch(self) -> str | None:
+        """The branch the remote's HEAD points at, read once (a Session whose ref is `HEAD`
+        starts from it, so it may never be the session branch); None while unknown."""
+        if self._remote_head is None and self.remote_refusal() is None:
+            ready = await self.ensure_mirror()
+            if not ready.ok:
+                return None
+            assert self.remote_url is not None
+            code, out = await self._git("ls-remote", "--symref", self.remote_url, "HEAD")
+            if code == 0:
+                found = re.search(r"^ref: refs/heads/(\S+)\tHEAD$", out, re.MULTILINE)
+                self._remote_head = found.group(1) if found else ""
+        return self._remote_head or None
 
     async def ensure_mirror(self) -> GitResult:
         if self._ready():

@@ -23,7 +23,7 @@ from corral_common.approval_files import ApprovalFiles, ApprovalNotFound
 from corral_common.session_files import SessionFileError, SessionFiles
 
 from . import rules
-from ._delivery import Deliveries
+from ._delivery import Deliveries, with_remote_head
 from ._git import GitPusher
 from ._kube import KubeClient, KubeError, corral_path
 from ._live import LiveError, LiveState, Loaded
@@ -389,7 +389,7 @@ class ControlTools:
     # ---------------------------------------------------------------------------- push, land
 
     async def _push(self, loaded: Loaded, tool_input: dict[str, Any], _: str) -> ToolResult:
-        plan = rules.decide_push(loaded.facts, tool_input)
+        plan = rules.decide_push(await with_remote_head(loaded.facts, self._pusher), tool_input)
         if isinstance(plan, rules.Refusal):
             return _error(plan.reason)
         if self._pusher is None:

@@ -8,6 +8,7 @@ refusal is the rule's and not a missing commit's.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import time
@@ -18,7 +19,7 @@ import pytest
 
 from .._scripted import tool_results
 from ..cluster._operator_fixtures import OperatorHandle, ScriptedModelHandle, agent_doc
-from ..unit.custodian._bundle_rig import CONVERSATION, bundle_rig
+from ..unit.custodian._bundle_rig import AGENT, CONVERSATION, bundle_rig
 from ..unit.custodian._custodian_proc import git, git_daemon
 
 pytestmark = pytest.mark.timeout(300)
@@ -147,6 +148,26 @@ def test_the_custodian_refuses_main_when_the_operator_is_bypassed(tmp_path: Path
         assert "spec.workspace.branch 'main' is outside" in record["message"], record
         assert rig.remote_head("main") == before
         assert rig.remote_head() is None  # nor anywhere else
+
+
+def test_the_custodian_refuses_the_branch_a_head_ref_resolves_to(tmp_path: Path) -> None:
+    """The Agent's patterns allow `main`, the Session names no ref (the remote's HEAD, which is
+    `main`) and `main` as its branch: the custodian resolves HEAD on the remote itself and
+    pushes nothing there, as the checkout would refuse it."""
+    agent = {**AGENT, "workspace": {"branches": ["main", "corral/**"]}}
+    with bundle_rig(
+        tmp_path, CORRAL_SESSION_BRANCH="main", CORRAL_AGENT_SPEC_JSON=json.dumps(agent)
+    ) as rig:
+        before = rig.remote_head("main")
+        base = rig.client.get(f"/agents/{CONVERSATION}/bundle-base").json()["base"]
+        tip = rig.commit("fix.txt", "the agent's change\n")
+        assert rig.send(rig.bundle(base), tip).status_code == 200
+        pushed = rig.push()
+        assert pushed["isError"] is True, pushed
+        assert "pushes nothing" in pushed["content"] and "'main'" in pushed["content"], pushed
+        record = rig.deliver(tip)
+        assert record["state"] == "Failed", record
+        assert rig.remote_head("main") == before
 
 
 def _approvals(operator: OperatorHandle) -> list[str]:
