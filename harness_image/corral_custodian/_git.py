@@ -201,10 +201,6 @@ class GitPusher:
             "-c", "credential.helper=",
         ]  # fmt: skip
         if self.credentials_file is not None:
-            # A Secret volume's file is replaced when the Secret rotates: what git will send
-            # is registered before it can appear in git's output.
-            with contextlib.suppress(ValueError):  # too short: start-up already named it
-                register_git_credentials(self.credentials_file)
             args += ["-c", f"credential.helper=store --file={self.credentials_file}"]
         return args
 
@@ -213,6 +209,12 @@ class GitPusher:
     ) -> tuple[int, str]:
         """Run git in the mirror; (exit code, its output) or (124, "") on a timeout. The output
         is for `classify` and `excerpt` only, never returned as it is."""
+        if self.credentials_file is not None and self.remote_url in args:
+            # A Secret volume's file is replaced when the Secret rotates: what git may send to
+            # the remote is registered before it can appear in git's output. Only commands
+            # that reach the remote read it (the mirror's own commands send nothing).
+            with contextlib.suppress(ValueError):  # too short: start-up already named it
+                register_git_credentials(self.credentials_file)
         process = await asyncio.create_subprocess_exec(
             "git",
             *self._config(),
