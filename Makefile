@@ -7,6 +7,15 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SRC := api operator harness_image cli devtools
+# Workers for `make test` (ADR 0097): most of the cluster tier waits on real processes, so
+# more workers than cores overlap those waits; the real node and the attack suite take one
+# worker each.
+TEST_WORKERS ?= 4
+# When `make test` started, builds and lint included: the run's summary reports it and fails a
+# run past CORRAL_RUN_LIMIT_SECONDS (tests/conftest.py).
+CORRAL_RUN_STARTED ?= $(shell date +%s)
+CORRAL_RUN_STARTED := $(CORRAL_RUN_STARTED)
+export CORRAL_RUN_STARTED
 
 help: ## List the targets
 	@grep -hE '^[a-z][a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -40,8 +49,19 @@ lint: $(STAMP) ## ruff, mypy --strict and import-linter
 	$(BIN)/mypy $(SRC)
 	$(BIN)/lint-imports
 
-test: $(STAMP) lint crds-check control-plane exec exec-check ## Everything CI runs: lint, drift check, Go and Python tests (unit, wire, cluster, attack, node)
-	$(BIN)/pytest -q -p no:cacheprovider
+# Where the real node can run (root, Linux), its build starts first, in the background: a
+# cold build (Go, debootstrap) then overlaps lint, the control plane's build and the other
+# tiers; the node tier waits for it through the build scripts' locks.
+node-background:
+	@if [ "$$(id -u)" = 0 ] && [ "$$(uname -s)" = Linux ] && command -v go >/dev/null; then \
+	  mkdir -p "$(HOME)/.cache/corral"; \
+	  ( bash hack/node/install-packages.sh && { bash hack/node/build-images.sh & \
+	    bash hack/node/build-node.sh; wait; } ) \
+	    > "$(HOME)/.cache/corral/node-build.log" 2>&1 < /dev/null & \
+	fi
+
+test: $(STAMP) node-background lint crds-check control-plane exec exec-check ## Everything CI runs: lint, drift check, Go and Python tests (unit, wire, cluster, attack, node)
+	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
 test-unit: $(STAMP) ## Unit tests only (no processes, no cluster)
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit
@@ -88,4 +108,4 @@ e2e-kind: ## End-to-end on kind (needs Docker and kind; not in CI here)
 clean: ## Remove the venv and local state (keeps the binary cache)
 	rm -rf $(VENV) .corral
 
-.PHONY: help venv node exec exec-check control-plane crds crds-check lint test test-unit test-embeddings bench bench-peers demo dev-cluster dev-cluster-down e2e-kind clean
+.PHONY: help venv node node-background exec exec-check control-plane crds crds-check lint test test-unit test-embeddings bench bench-peers demo dev-cluster dev-cluster-down e2e-kind clean

@@ -11,6 +11,11 @@ REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 LOCK="$REPO/tests/browser"
 CACHE="${XDG_CACHE_HOME:-$HOME/.cache}/corral/browser"
 
+# One installer at a time on this machine (test workers may need it at once): apt and dpkg
+# refuse a second caller, and the check below must see what the first one installed.
+mkdir -p "${CORRAL_CACHE:-$HOME/.cache/corral}"
+exec 8>"${CORRAL_CACHE:-$HOME/.cache/corral}/.apt.lock"
+flock 8
 chromium_bin() {
   command -v chromium || command -v chromium-browser || true
 }
@@ -20,8 +25,8 @@ if [[ -z "$(chromium_bin)" ]]; then
   sudo_=""
   [[ $(id -u) -eq 0 ]] || sudo_="sudo"
   # Debian's package; its dependencies (fonts, libnss3, ...) come with it.
-  $sudo_ apt-get install -y -q chromium >&2 || {
-    $sudo_ apt-get update -q >&2 && $sudo_ apt-get install -y -q chromium >&2
+  $sudo_ apt-get -o DPkg::Lock::Timeout=600 install -y -q chromium >&2 || {
+    $sudo_ apt-get -o DPkg::Lock::Timeout=600 update -q >&2 && $sudo_ apt-get -o DPkg::Lock::Timeout=600 install -y -q chromium >&2
   } || { echo "install-browser: apt-get could not install chromium" >&2; exit 1; }
 fi
 browser="$(chromium_bin)"

@@ -5,6 +5,11 @@
 # tests never use it, so that is switched off before installing. Needs root to install.
 set -euo pipefail
 
+# One installer at a time on this machine (test workers may need it at once): apt and dpkg
+# refuse a second caller, and the check below must see what the first one installed.
+mkdir -p "${CORRAL_CACHE:-$HOME/.cache/corral}"
+exec 8>"${CORRAL_CACHE:-$HOME/.cache/corral}/.apt.lock"
+flock 8
 found=$(ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -n1 || true)
 if [[ -n "$found" ]]; then
   echo "install-postgres: present ($found)"
@@ -22,8 +27,8 @@ if ! grep -qs '^create_main_cluster' "$conf"; then
   echo "create_main_cluster = false" >> "$conf"
 fi
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+apt-get -o DPkg::Lock::Timeout=600 update -qq
+apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends postgresql >/dev/null
 found=$(ls /usr/lib/postgresql/*/bin/initdb 2>/dev/null | sort -V | tail -n1 || true)
 if [[ -z "$found" ]]; then
   echo "install-postgres: installed, but no initdb under /usr/lib/postgresql" >&2

@@ -3,7 +3,7 @@
 # version, and prints `KEY=PATH` lines the node's starter reads:
 #   K8S_BIN      kubelet, kube-proxy, kube-scheduler (and the control plane) from the control
 #                plane's wrapper module (hack/build-control-plane.sh node), at its pinned version
-#   COREDNS      CoreDNS, `go install`ed from the module proxy at a pinned version
+#   COREDNS      CoreDNS at a pinned version, built with the plugins the node's Corefile uses
 #   KUBE_ROUTER  kube-router (only its NetworkPolicy firewall controller is used)
 #   PAUSE_OCI    the pod sandbox ("pause") image localhost/pause:1, an OCI archive built here
 #                from busybox-static (the node imports it into its containerd)
@@ -48,7 +48,49 @@ gobuild() {  # gobuild NAME MODULE/PKG VERSION -> prints the binary's path
   fi
   echo "$dir/$name"
 }
-coredns=$(gobuild coredns github.com/coredns/coredns "$COREDNS_VERSION")
+# CoreDNS with only the plugins the node's Corefile uses (corral_dev/_realnode_config.py):
+# `go install github.com/coredns/coredns` compiles every plugin and downloads their cloud SDKs
+# (~900 MB of modules, ~20 of a cold build's minutes); a main of our own that imports four
+# plugins builds in about a minute, its client-go shared with the kubelet's build cache.
+COREDNS_PLUGINS=(errors ready kubernetes cache)
+coredns_build() {  # -> prints the binary's path
+  local key dir work t
+  key=$(printf '%s\n' "$COREDNS_VERSION" "${COREDNS_PLUGINS[@]}" | sha256sum | cut -c1-12)
+  dir="$CACHE/bin/coredns-$COREDNS_VERSION-$key"
+  if [[ -x "$dir/coredns" ]]; then
+    log "coredns $COREDNS_VERSION (${COREDNS_PLUGINS[*]}): cached in $dir"
+  else
+    t=$(date +%s.%N)
+    work="$CACHE/coredns-wrapper-$key"
+    rm -rf "$work" && mkdir -p "$work"
+    {
+      echo "module corral.dev/coredns"
+      echo
+      echo "go 1.24.0"
+      echo
+      echo "require github.com/coredns/coredns $COREDNS_VERSION"
+    } > "$work/go.mod"
+    {
+      echo "// The node's CoreDNS: the plugins its Corefile names, in CoreDNS's own order."
+      echo "package main"
+      echo
+      echo "import ("
+      for plugin in "${COREDNS_PLUGINS[@]}"; do
+        echo "	_ \"github.com/coredns/coredns/plugin/$plugin\""
+      done
+      echo "	\"github.com/coredns/coredns/coremain\""
+      echo ")"
+      echo
+      echo "func main() { coremain.Run() }"
+    } > "$work/main.go"
+    (cd "$work" && GOFLAGS=-mod=mod go mod tidy >&2 \
+      && mkdir -p "$dir.tmp" && go build -trimpath -ldflags "-s -w" -o "$dir.tmp/coredns" . >&2)
+    rm -rf "$dir" && mv "$dir.tmp" "$dir"
+    log "coredns $COREDNS_VERSION (${COREDNS_PLUGINS[*]}): built into $dir in $(elapsed "$t")"
+  fi
+  echo "$dir/coredns"
+}
+coredns=$(coredns_build)
 kube_router=$(gobuild kube-router github.com/cloudnativelabs/kube-router/v2/cmd/kube-router \
   "$KUBE_ROUTER_VERSION")
 
@@ -91,7 +133,8 @@ coredns_setup() {
 }
 pause_key=$(sha256sum "$busybox" | cut -c1-16)
 pause_oci=$(oci_image "$PAUSE_IMAGE" "$pause_key" pause_setup)
-coredns_oci=$(oci_image "localhost/coredns:$COREDNS_VERSION" "$COREDNS_VERSION" coredns_setup)
+coredns_key=$(sha256sum "$coredns" | cut -c1-16)
+coredns_oci=$(oci_image "localhost/coredns:$COREDNS_VERSION" "$coredns_key" coredns_setup)
 
 log "done in $(elapsed "$t0")"
 echo "K8S_BIN=$k8s_bin"

@@ -5,6 +5,11 @@
 # all does nothing. Needs root (CI and this machine run as root).
 set -euo pipefail
 
+# One installer at a time on this machine (test workers may need it at once): apt and dpkg
+# refuse a second caller, and the check below must see what the first one installed.
+mkdir -p "${CORRAL_CACHE:-$HOME/.cache/corral}"
+exec 8>"${CORRAL_CACHE:-$HOME/.cache/corral}/.apt.lock"
+flock 8
 start=$(date +%s.%N)
 pkgs=(containerd runc containernetworking-plugins buildah debootstrap iptables ipset iproute2
       busybox-static conntrack util-linux)
@@ -26,8 +31,8 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 echo "install-packages: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+apt-get -o DPkg::Lock::Timeout=600 update -qq
+apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Debian starts containerd as a service on install; the node runs its own instance with its own
 # root, state and socket, so the system one is not needed (and is left as the admin had it
 # before only if it was already there).

@@ -68,7 +68,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         item.add_marker(pytest.mark.cluster)
     # The whole-suite sweep runs after every other test of the suite, wherever it was
     # collected and whatever order the files were given in.
-    final = [i for i in ours if i.nodeid.endswith(FINAL_SWEEP)]
+    # (xdist may have suffixed each test's id with its group, "@attack", by now)
+    final = [i for i in ours if i.nodeid.rsplit("@", 1)[0].endswith(FINAL_SWEEP)]
     if final and len(ours) > 1:
         items.remove(final[0])
         last = max(items.index(i) for i in ours if i is not final[0])

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import os
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -48,7 +49,7 @@ def _timed(what: str, seconds: float, *, outside_tests: bool = False) -> None:
     record_tier_time("node", what, seconds, outside_tests=outside_tests)
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def _mark_node_items(items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
     for item in items:
         if here in Path(str(item.fspath)).parents:
@@ -63,29 +64,56 @@ def _cannot_run(reason: str) -> NoReturn:
     pytest.skip(f"the real node cannot run here: {reason} (set CORRAL_REQUIRE_NODE=1 to fail)")
 
 
+# The build may outlast a test's timeout on a cold machine (tens of minutes): it runs in a
+# thread from the end of collection, while other tiers' tests run on this and the other
+# workers, and the first test of the tier that needs the node waits for it under this timeout.
+BUILD_TIMEOUT = 3600.0
 _build: dict[str, realnode.Artifacts | str] = {}
+_build_thread: threading.Thread | None = None
+
+
+def _needs_node(item: pytest.Item) -> bool:
+    here = Path(__file__).parent
+    return here in Path(str(item.fspath)).parents and bool(
+        {"node_artifacts", "target"} & set(getattr(item, "fixturenames", ()))
+    )
+
+
+def _run_build() -> None:
+    start = time.monotonic()
+    try:
+        _build["artifacts"] = realnode.build(timeout=BUILD_TIMEOUT)
+    except realnode.NodeError as e:
+        _build["error"] = str(e)
+    except Exception as e:  # reported by the fixture, not lost in a thread
+        _build["error"] = f"{type(e).__name__}: {e}"
+    _timed("build (hack/node, beside the tests)", time.monotonic() - start)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test here is marked `node`; the first that needs the node also waits for its
+    build, and its timeout covers it."""
+    _mark_node_items(items)
+    first = next((item for item in items if _needs_node(item)), None)
+    if first is not None:
+        first.add_marker(pytest.mark.timeout(BUILD_TIMEOUT + 600), append=False)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
-    """Build the node and images once, before any test runs: a cold build (tens of minutes on
-    a fresh machine) is not charged to the first test's timeout."""
-    here = Path(__file__).parent
-    if session.config.option.collectonly:
+    """Start building the node and images once collection is done, in a thread: every worker
+    starts it (the build scripts take a lock each and a warm cache answers in about a second),
+    so the worker that runs the tier finds it built or under way, and a cold build overlaps the
+    other tiers instead of holding up the first test."""
+    global _build_thread
+    if session.config.option.collectonly or _build_thread is not None:
         return
-    if not any(
-        here in Path(str(item.fspath)).parents
-        and {"node_artifacts", "target"} & set(getattr(item, "fixturenames", ()))
-        for item in session.items
-    ):
+    if not any(_needs_node(item) for item in session.items):
         return  # none of the collected tests needs the node (e.g. only test_chart.py)
     if _target.external_requested() or realnode.unavailable_reason():
         return  # the fixtures report it
-    start = time.monotonic()
-    try:
-        _build["artifacts"] = realnode.build()
-    except realnode.NodeError as e:
-        _build["error"] = str(e)
-    _timed("build (hack/node)", time.monotonic() - start, outside_tests=True)
+    _build_thread = threading.Thread(target=_run_build, name="node build", daemon=True)
+    _build_thread.start()
 
 
 @pytest.fixture(scope="session")
@@ -95,16 +123,16 @@ def node_artifacts() -> realnode.Artifacts:
     reason = realnode.unavailable_reason()
     if reason:
         _cannot_run(reason)
+    if _build_thread is None:  # collected without the hook (e.g. --co)
+        _run_build()
+    else:
+        _build_thread.join(BUILD_TIMEOUT)
+        if _build_thread.is_alive():
+            _cannot_run(f"building it took over {BUILD_TIMEOUT:.0f}s")
     if "error" in _build:
         _cannot_run(f"building it failed: {_build['error']}")
     built = _build.get("artifacts")
-    if not isinstance(built, realnode.Artifacts):  # collected without the hook (e.g. --co)
-        start = time.monotonic()
-        try:
-            built = realnode.build()
-        except realnode.NodeError as e:
-            _cannot_run(f"building it failed: {e}")
-        _timed("build (hack/node)", time.monotonic() - start)
+    assert isinstance(built, realnode.Artifacts)
     return built
 
 
