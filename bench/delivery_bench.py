@@ -42,7 +42,7 @@ from context_bench import build_tree
 from harness_bench import AGENT, checkout_baseline, start_exec, wait_ready
 from steps_bench import build_baseline_exec
 
-from corral_harness.scripted import free_port
+from corral_dev.ports import free_port
 
 RATIO_TARGET = 1.5
 # The last revision before delivery became a bundle the tools side writes (the custodian still
@@ -305,7 +305,7 @@ def main() -> None:
         script.write_text(json.dumps({"conversations": convs}))
         model_port = free_port()
         model = subprocess.Popen(
-            [sys.executable, "-m", "corral_harness.scripted", "--port", str(model_port),
+            [sys.executable, "-m", "corral_dev.scripted", "--port", str(model_port),
              "--script", str(script)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip

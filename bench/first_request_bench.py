@@ -38,7 +38,7 @@ from typing import Any
 
 import httpx
 
-from corral_harness.scripted import free_port
+from corral_dev.ports import free_port
 
 BIN = Path(sys.executable).parent
 TARGET_SECONDS = 1.5
@@ -60,7 +60,7 @@ def scripted_model(work: Path) -> Iterator[str]:
         [
             sys.executable,
             "-m",
-            "corral_harness.scripted",
+            "corral_dev.scripted",
             "--port",
             str(port),
             "--script",

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from context_bench import AGENTS_FILES, TOTAL_FILES, build_tree
 
 from corral_dev.execbin import exec_binary
-from corral_harness.scripted import free_port
+from corral_dev.ports import free_port
 
 BIN = Path(sys.executable).parent
 AGENT = {"identity": "bench", "model": "corral-scripted", "tools": {"allow": ["bash"]}}
@@ -195,7 +195,7 @@ def main() -> None:
             [
                 sys.executable,
                 "-m",
-                "corral_harness.scripted",
+                "corral_dev.scripted",
                 "--port",
                 str(model_port),
                 "--script",

@@ -50,7 +50,7 @@ from harness_bench import (
 )
 
 from corral_dev.execbin import exec_binary
-from corral_harness.scripted import free_port
+from corral_dev.ports import free_port
 
 RATIO_TARGET = 0.5
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "corral" / "bench"
@@ -169,7 +169,7 @@ def main() -> None:
         model_port = free_port()
         serve = [
             "-m",
-            "corral_harness.scripted",
+            "corral_dev.scripted",
             "--port",
             str(model_port),
             "--script",

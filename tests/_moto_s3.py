@@ -9,7 +9,6 @@ import contextlib
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import httpx
 
+from corral_dev.ports import free_port
 from corral_operator.archive import sigv4
 from corral_operator.archive.s3 import S3Archive
 
@@ -30,12 +30,6 @@ class MotoS3:
     def __init__(self, url: str, credentials: Path) -> None:
         self.url = url
         self.credentials = credentials
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _iam(url: str, host: str, params: list[tuple[str, str]]) -> str:
@@ -59,7 +53,7 @@ def moto_s3(credentials: Path, bucket: str) -> Iterator[MotoS3]:
     """moto's S3 on a free loopback port with signature checking on, an IAM user allowed
     s3:* whose keys are written to `credentials` (as the chart's Secret mounts them), and
     `bucket` made."""
-    port = _free_port()
+    port = free_port()
     server = Path(sys.executable).parent / "moto_server"
     env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": str(UNAUTHENTICATED)}
     proc = subprocess.Popen(

@@ -13,7 +13,6 @@ import glob
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,6 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from corral_dev.ports import free_port
 
 PROJECT = Path(__file__).resolve().parent.parent
 INSTALL = PROJECT / "hack" / "install-postgres.sh"
@@ -45,12 +46,6 @@ def _bin_dir() -> Path | None:
 def _version(path: str) -> int:
     part = Path(path).parent.parent.name
     return int(part) if part.isdigit() else 0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def unavailable(reason: str) -> None:
@@ -77,7 +72,7 @@ def running_postgres() -> Iterator[Postgres]:
     if as_root:
         os.chown(base, NOBODY, NOBODY)
         os.chown(base / "pw", NOBODY, NOBODY)
-    port = _free_port()
+    port = free_port()
     user = {"user": NOBODY, "group": NOBODY, "extra_groups": []} if as_root else {}
     env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "LC_ALL": "C.UTF-8", "HOME": str(base)}
 

@@ -1,4 +1,4 @@
-"""The test-side client of the scripted model server (corral_harness.scripted): load a script,
+"""The test-side client of the scripted model server (corral_dev.scripted): load a script,
 read what it received, and the tool results the agent saw. Shared by the cluster, attack and
 node tiers."""
 

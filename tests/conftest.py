@@ -87,20 +87,46 @@ def _has_module_fixture(item: pytest.Item) -> bool:
     return any(defs and defs[-1].scope == "module" for defs in info.name2fixturedefs.values())
 
 
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """The groups of the module docstring, marked as each test is collected: xdist names each
+    test's group from these marks in its own `pytest_collection_modifyitems`."""
+    tier = tier_of(item.nodeid)
+    if tier in GROUPED_TIERS:
+        item.add_marker(pytest.mark.xdist_group(tier))
+    elif _has_module_fixture(item):
+        module = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(module.replace("/", ".")))
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tiers in TIER_ORDER (a stable sort: each tier keeps its own order), and the groups of
-    the module docstring; runs before xdist names each test's group and before the attack
+    """Tiers in TIER_ORDER (a stable sort: each tier keeps its own order), before the attack
     tier moves its final sweep last."""
     rank = {tier: i for i, tier in enumerate(TIER_ORDER)}
     items.sort(key=lambda item: rank.get(tier_of(item.nodeid), len(rank)))
-    for item in items:
-        tier = tier_of(item.nodeid)
-        if tier in GROUPED_TIERS:
-            item.add_marker(pytest.mark.xdist_group(tier))
-        elif _has_module_fixture(item):
-            module = item.nodeid.split("::", 1)[0]
-            item.add_marker(pytest.mark.xdist_group(module.replace("/", ".")))
+
+
+class _GroupCheck:
+    """Fails the run when xdist did not name a marked test's group in its id: the groups would
+    be scattered across workers, and the node tier would start one real node per worker."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(
+        self, config: pytest.Config, items: list[pytest.Item]
+    ) -> None:
+        if not config.getvalue("loadgroup"):
+            return
+        for item in items:
+            if item.get_closest_marker("xdist_group") and "@" not in item.nodeid:
+                raise pytest.UsageError(
+                    f"pytest-xdist did not group {item.nodeid}: this pytest and pytest-xdist "
+                    "do not work together (pyproject.toml pins pytest for it)"
+                )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if hasattr(config, "workerinput"):
+        config.pluginmanager.register(_GroupCheck(), "corral-group-check")
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:

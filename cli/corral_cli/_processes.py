@@ -176,7 +176,7 @@ def base_env(drop: tuple[str, ...] = ()) -> dict[str, str]:
 
 HARNESS = "corral_harness.main"
 CUSTODIAN = "corral_custodian.main"
-SCRIPTED = "corral_harness.scripted"
+SCRIPTED = "corral_dev.scripted"
 
 
 def scripted_argv(port: int, script: Path) -> list[str]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import ssl
 import statistics
 import subprocess
@@ -23,6 +22,7 @@ from typing import Any
 import httpx
 
 from . import controlplane
+from .ports import free_port
 
 
 def _pod(i: int) -> dict[str, Any]:
@@ -110,17 +110,11 @@ def bench_node(pods: int = 20) -> None:
         plane.stop()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def bench_custodian(requests: int = 60) -> None:
-    from corral_harness.scripted import ScriptedModel, parse_script, serve_in_thread
+    from corral_dev.scripted import ScriptedModel, parse_script, serve_in_thread
 
     upstream = serve_in_thread(ScriptedModel(parse_script({"default": [{"text": "hi"}] * 500})))
-    port = _free_port()
+    port = free_port()
     state = Path(tempfile.mkdtemp(prefix="corral-custodian-bench-"))
     # The custodian answers only the pod credential, and allows only its Agent's model.
     credential = state / "credential"

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .controlplane import REPO_ROOT
+from .ports import free_port as free_port  # re-exported: the dev cluster and node tier call it
 from .stack import without_credentials
 
 CHART = REPO_ROOT / "charts" / "corral"
@@ -104,12 +105,6 @@ def helm_install(
     return done
 
 
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def wait_listening(
     what: str,
     host: str,
@@ -178,11 +173,11 @@ def start_git_daemon(
 def start_scripted_model(
     host: str, port: int, script: Path, log: Path | None = None, *, detach: bool = False
 ) -> subprocess.Popen[bytes]:
-    """The project's scripted model (`python -m corral_harness.scripted`) on host:port."""
+    """The project's scripted model (`python -m corral_dev.scripted`) on host:port."""
     argv = [
         sys.executable,
         "-m",
-        "corral_harness.scripted",
+        "corral_dev.scripted",
         "--host",
         host,
         "--port",

@@ -12,17 +12,39 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+
+from .ports import free_port as free_port  # re-exported: tests and benchmarks call it from here
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-control-plane.sh"
+# kind (as kubectl names it) -> API path prefix, plural, namespaced: what `get_object` reads.
+RESOURCES: dict[str, tuple[str, str, bool]] = {
+    **{
+        k: ("apis/corral.dev/v1alpha1", plural, True)
+        for plural in ("agents", "approvals", "evidences", "freezes", "goals", "sessions")
+        for k in (plural, plural[:-1])
+    },
+    **{
+        k: ("api/v1", plural, True)
+        for plural in ("pods", "secrets", "events", "configmaps", "serviceaccounts", "services")
+        for k in (plural, plural[:-1])
+    },
+    "namespace": ("api/v1", "namespaces", False),
+    "node": ("api/v1", "nodes", False),
+    "networkpolicy": ("apis/networking.k8s.io/v1", "networkpolicies", True),
+    "networkpolicies": ("apis/networking.k8s.io/v1", "networkpolicies", True),
+    "lease": ("apis/coordination.k8s.io/v1", "leases", True),
+}
+
 # Services (and so the `kubernetes` Service's 198.19.0.1) in 198.18.0.0/15, the benchmarking
 # range: a pod on the real node never sends traffic to a private range.
 SERVICE_CIDR = "198.19.0.0/16"
@@ -42,12 +64,6 @@ def binaries() -> Path:
     return Path(done.stdout.strip().splitlines()[-1])
 
 
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
 def _openssl(*args: str, cwd: Path) -> None:
     done = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -63,6 +79,7 @@ class ControlPlane:
     kubeconfig: Path
     sa_key: Path
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    _tls: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
 
     # ------------------------------------------------------------------ identities
 
@@ -74,7 +91,12 @@ class ControlPlane:
         subject = "/CN=" + username.replace("/", r"\/")
         for group in groups or []:
             subject += "/O=" + group.replace("/", r"\/")
-        _openssl("genrsa", "-out", str(key), "2048", cwd=pki)
+        # P-256, not RSA: a test mints several identities, and an RSA key costs a CPU-bound
+        # fraction of a second each on CI's 2 cores; the API server takes either.
+        _openssl(
+            "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
+            "-out", str(key), cwd=pki,
+        )  # fmt: skip
         _openssl("req", "-new", "-key", str(key), "-subj", subject, "-out", str(csr), cwd=pki)
         _openssl(
             "x509",
@@ -96,6 +118,55 @@ class ControlPlane:
         path.write_text(_kubeconfig(self.server, self.ca_file, crt, key, username))
         path.chmod(0o600)
         return path
+
+    # ------------------------------------------------------------------ reads
+
+    def get_object(
+        self, kind: str, name: str, namespace: str | None = None
+    ) -> dict[str, Any] | None:
+        """One object, read as the admin straight from the API server (None when it does not
+        exist): what `kubectl get KIND NAME -o json` answers, without a process. Tests poll
+        with it many times a second; a kubectl process costs ~0.1 s of CPU each time."""
+        resource = RESOURCES.get(kind.lower())
+        if resource is None:
+            raise ValueError(f"no API path known for kind {kind!r}: use kubectl")
+        prefix, plural, namespaced = resource
+        where = f"/namespaces/{namespace}" if namespaced and namespace else ""
+        return self.api_get(f"/{prefix}{where}/{plural}/{name}")
+
+    def list_objects(
+        self, kind: str, namespace: str | None = None, field_selector: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The items of a list (`kubectl get KIND [-n NS] [--field-selector S] -o json`)."""
+        resource = RESOURCES.get(kind.lower())
+        if resource is None:
+            raise ValueError(f"no API path known for kind {kind!r}: use kubectl")
+        prefix, plural, namespaced = resource
+        where = f"/namespaces/{namespace}" if namespaced and namespace else ""
+        query = f"?fieldSelector={urllib.parse.quote(field_selector)}" if field_selector else ""
+        found = self.api_get(f"/{prefix}{where}/{plural}{query}")
+        return list((found or {}).get("items") or [])
+
+    def api_get(self, path: str) -> dict[str, Any] | None:
+        """GET `path` on the API server as the admin; None on 404."""
+        request = urllib.request.Request(
+            f"{self.server}{path}", headers={"Accept": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, context=self._admin_tls(), timeout=30) as answer:
+                return dict(json.loads(answer.read()))
+        except urllib.error.HTTPError as e:
+            if e.code == 404:
+                return None
+            raise
+
+    def _admin_tls(self) -> ssl.SSLContext:
+        if self._tls is None:
+            pki = self.state_dir / "pki"
+            context = ssl.create_default_context(cafile=str(self.ca_file))
+            context.load_cert_chain(pki / "user-corral-admin.crt", pki / "user-corral-admin.key")
+            self._tls = context
+        return self._tls
 
     # ------------------------------------------------------------------ commands
 
@@ -265,21 +336,55 @@ def start(
     _make_pki(pki)
     logs = state_dir / "logs"
     logs.mkdir(exist_ok=True)
+    spawn = _Spawner(bin_dir, logs)
 
-    processes: dict[str, subprocess.Popen[bytes]] = {}
+    etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+    etcd_url = _start_etcd(spawn, state_dir, etcd_port, peer_port)
+    server = f"https://127.0.0.1:{api_port}"
+    api = _start_apiserver(spawn, state_dir, etcd_url, api_port, audit_log)
 
-    def spawn(name: str, args: list[str]) -> subprocess.Popen[bytes]:
-        out = (logs / f"{name}.log").open("wb")
+    plane = ControlPlane(
+        state_dir=state_dir,
+        bin_dir=bin_dir,
+        server=server,
+        ca_file=pki / "ca.crt",
+        kubeconfig=state_dir / "kubeconfig",
+        sa_key=pki / "sa.key",
+        processes=spawn.processes,
+    )
+    try:
+        _wait_apiserver_ready(plane, api, logs)
+        if controller_manager:
+            _start_controller_manager(plane, spawn)
+    except BaseException:
+        plane.stop()
+        raise
+    return plane
+
+
+@dataclass
+class _Spawner:
+    """Starts a control plane binary with its output in logs/<name>.log, and keeps it in
+    `processes` (the dict the `ControlPlane` stops)."""
+
+    bin_dir: Path
+    logs: Path
+    processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+
+    def __call__(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+        out = (self.logs / f"{name}.log").open("wb")
         proc = subprocess.Popen(
-            [str(bin_dir / name), *args],
+            [str(self.bin_dir / name), *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        processes[name] = proc
+        self.processes[name] = proc
         return proc
 
-    etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+
+def _start_etcd(spawn: _Spawner, state_dir: Path, etcd_port: int, peer_port: int) -> str:
+    """Start etcd; returns its client URL."""
     etcd_url = f"http://127.0.0.1:{etcd_port}"
     spawn(
         "etcd",
@@ -301,21 +406,32 @@ def start(
             "warn",
         ],
     )
-    server = f"https://127.0.0.1:{api_port}"
-    audit: list[str] = []
-    if audit_log is not None:
-        (state_dir / "audit-policy.yaml").write_text(_AUDIT_POLICY)
-        audit = [
-            "--audit-policy-file",
-            str(state_dir / "audit-policy.yaml"),
-            "--audit-log-path",
-            str(audit_log),
-            "--audit-log-format",
-            "json",
-            "--audit-log-maxsize",
-            "0",
-        ]
-    api = spawn(
+    return etcd_url
+
+
+def _audit_args(state_dir: Path, audit_log: Path | None) -> list[str]:
+    """The API server's audit flags (writing the policy they name), none without a log."""
+    if audit_log is None:
+        return []
+    (state_dir / "audit-policy.yaml").write_text(_AUDIT_POLICY)
+    return [
+        "--audit-policy-file",
+        str(state_dir / "audit-policy.yaml"),
+        "--audit-log-path",
+        str(audit_log),
+        "--audit-log-format",
+        "json",
+        "--audit-log-maxsize",
+        "0",
+    ]
+
+
+def _start_apiserver(
+    spawn: _Spawner, state_dir: Path, etcd_url: str, api_port: int, audit_log: Path | None
+) -> subprocess.Popen[bytes]:
+    pki = state_dir / "pki"
+    audit = _audit_args(state_dir, audit_log)
+    return spawn(
         "kube-apiserver",
         [
             *audit,
@@ -358,60 +474,53 @@ def start(
         ],
     )
 
-    plane = ControlPlane(
-        state_dir=state_dir,
-        bin_dir=bin_dir,
-        server=server,
-        ca_file=pki / "ca.crt",
-        kubeconfig=state_dir / "kubeconfig",
-        sa_key=pki / "sa.key",
-        processes=processes,
+
+def _wait_apiserver_ready(plane: ControlPlane, api: subprocess.Popen[bytes], logs: Path) -> None:
+    """Mint the admin kubeconfig (`plane.kubeconfig`), then wait for the API server's /readyz."""
+    pki = plane.state_dir / "pki"
+    admin = plane.user_kubeconfig("corral-admin", ["system:masters"])
+    shutil.copy(admin, plane.kubeconfig)
+    _wait_ready(
+        f"{plane.server}/readyz",
+        pki / "ca.crt",
+        pki / "user-corral-admin.crt",
+        pki / "user-corral-admin.key",
+        api,
+        logs / "kube-apiserver.log",
+        timeout=90,
     )
-    try:
-        admin = plane.user_kubeconfig("corral-admin", ["system:masters"])
-        shutil.copy(admin, plane.kubeconfig)
-        _wait_ready(
-            f"{server}/readyz",
-            pki / "ca.crt",
-            pki / "user-corral-admin.crt",
-            pki / "user-corral-admin.key",
-            api,
-            logs / "kube-apiserver.log",
-            timeout=90,
-        )
-        if controller_manager:
-            kcm_config = plane.user_kubeconfig("system:kube-controller-manager")
-            spawn(
-                "kube-controller-manager",
-                [
-                    "--kubeconfig",
-                    str(kcm_config),
-                    "--authentication-kubeconfig",
-                    str(kcm_config),
-                    "--authorization-kubeconfig",
-                    str(kcm_config),
-                    "--service-account-private-key-file",
-                    str(pki / "sa.key"),
-                    "--root-ca-file",
-                    str(pki / "ca.crt"),
-                    "--use-service-account-credentials=true",
-                    "--leader-elect=false",
-                    "--bind-address",
-                    "127.0.0.1",
-                    "--secure-port",
-                    str(free_port()),
-                    "--controllers",
-                    "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,"
-                    "-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,"
-                    "-persistentvolume-expander,-ephemeral-volume,-pvc-protection,-pv-protection",
-                    "--v",
-                    "1",
-                ],
-            )
-    except BaseException:
-        plane.stop()
-        raise
-    return plane
+
+
+def _start_controller_manager(plane: ControlPlane, spawn: _Spawner) -> None:
+    pki = plane.state_dir / "pki"
+    kcm_config = plane.user_kubeconfig("system:kube-controller-manager")
+    spawn(
+        "kube-controller-manager",
+        [
+            "--kubeconfig",
+            str(kcm_config),
+            "--authentication-kubeconfig",
+            str(kcm_config),
+            "--authorization-kubeconfig",
+            str(kcm_config),
+            "--service-account-private-key-file",
+            str(pki / "sa.key"),
+            "--root-ca-file",
+            str(pki / "ca.crt"),
+            "--use-service-account-credentials=true",
+            "--leader-elect=false",
+            "--bind-address",
+            "127.0.0.1",
+            "--secure-port",
+            str(free_port()),
+            "--controllers",
+            "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,"
+            "-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,"
+            "-persistentvolume-expander,-ephemeral-volume,-pvc-protection,-pv-protection",
+            "--v",
+            "1",
+        ],
+    )
 
 
 def install_crds(plane: ControlPlane, crd_dir: Path = REPO_ROOT / "crds") -> None:
@@ -434,8 +543,7 @@ def wait_for_default_service_account(
     """The ServiceAccount admission plugin refuses pods until the controller made `default`."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        done = plane.kubectl("get", "serviceaccount", "default", "-n", namespace, check=False)
-        if done.returncode == 0:
+        if plane.get_object("serviceaccount", "default", namespace) is not None:
             return
-        time.sleep(0.2)
+        time.sleep(0.1)
     raise ControlPlaneError(f"no default ServiceAccount in {namespace} after {timeout}s")

@@ -1,4 +1,5 @@
-"""The local node: a kubelet and container runtime replaced by local processes (DESIGN §7).
+"""The local node: a kubelet and container runtime replaced by local processes
+(docs/architecture.md, "The local node").
 
 It registers a Node, binds every Pending pod that has no node to itself (pods/binding), runs
 the pod's init containers and then its containers as processes on this machine (the image is

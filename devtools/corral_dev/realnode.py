@@ -315,11 +315,23 @@ def start(
 
 
 def _start(node: RealNode, images: Iterable[str] | None, timeout: float) -> None:
-    plane, work, addrs, bins = node.plane, node.work, node.addrs, node.artifacts.k8s_bin
-    api_port = _api_port(plane)
+    """Start the node's components in order, each step waiting for what the next needs."""
+    api_port = _api_port(node.plane)
+    _start_relay(node, api_port)
+    _start_containerd(node, images)
+    kubeconfigs = _node_identities(node)
+    _start_kubelet(node, kubeconfigs.kubelet)
+    _start_scheduler(node, kubeconfigs.scheduler)
+    _wait_registered(node, timeout)
+    _start_proxy_and_firewall(node, kubeconfigs.proxy, kubeconfigs.router)
+    _wait_node_ready(node, timeout)
+    _publish_api_endpoint(node, api_port)
+    _start_coredns(node, timeout)
 
-    # The API server inside the namespace: on its 127.0.0.1 for the node's components, on the
-    # node's address for pods (the `kubernetes` Service's endpoint, see _publish_api_endpoint).
+
+def _start_relay(node: RealNode, api_port: int) -> None:
+    """The API server inside the namespace: on its 127.0.0.1 for the node's components, on the
+    node's address for pods (the `kubernetes` Service's endpoint, see _publish_api_endpoint)."""
     node._spawn(
         "relay",
         [
@@ -333,12 +345,15 @@ def _start(node: RealNode, images: Iterable[str] | None, timeout: float) -> None
             "--listen",
             f"127.0.0.1:{api_port}",
             "--listen",
-            f"{addrs.node_ip}:{api_port}",
+            f"{node.addrs.node_ip}:{api_port}",
         ],
         netns=False,
     )
 
-    # containerd, then the images.
+
+def _start_containerd(node: RealNode, images: Iterable[str] | None) -> None:
+    """containerd, then the images (`images` limits the built ones; pause and CoreDNS always)."""
+    work, addrs = node.work, node.addrs
     conf = _write(
         work / "containerd" / "config.toml",
         cfg.containerd_toml(work, node.artifacts["PAUSE_IMAGE"]),
@@ -357,14 +372,30 @@ def _start(node: RealNode, images: Iterable[str] | None, timeout: float) -> None
             node.ctr("images", "import", "--no-unpack=false", str(archive), timeout=300)
     sys.stderr.write(f"real node: images imported in {time.monotonic() - t:.1f}s\n")
 
-    # Identities.
-    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(cfg.rbac(node.name)))
-    kubelet_kc = plane.user_kubeconfig(f"system:node:{node.name}", ["system:nodes"])
-    proxy_kc = plane.user_kubeconfig("system:kube-proxy")
-    router_kc = plane.user_kubeconfig(cfg.KUBE_ROUTER_USER)
-    sched_kc = plane.user_kubeconfig("system:kube-scheduler")
 
-    # The kubelet.
+@dataclass(frozen=True)
+class _NodeKubeconfigs:
+    """The kubeconfig of each node component that talks to the API server."""
+
+    kubelet: Path
+    proxy: Path
+    router: Path
+    scheduler: Path
+
+
+def _node_identities(node: RealNode) -> _NodeKubeconfigs:
+    """The node's RBAC, then a kubeconfig for each of its components."""
+    plane = node.plane
+    plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(cfg.rbac(node.name)))
+    kubelet = plane.user_kubeconfig(f"system:node:{node.name}", ["system:nodes"])
+    proxy = plane.user_kubeconfig("system:kube-proxy")
+    router = plane.user_kubeconfig(cfg.KUBE_ROUTER_USER)
+    scheduler = plane.user_kubeconfig("system:kube-scheduler")
+    return _NodeKubeconfigs(kubelet=kubelet, proxy=proxy, router=router, scheduler=scheduler)
+
+
+def _start_kubelet(node: RealNode, kubeconfig: Path) -> None:
+    work, addrs = node.work, node.addrs
     kubelet_conf = _write(
         work / "kubelet-config.json", json.dumps(cfg.kubelet_config(work, addrs), indent=2)
     )
@@ -372,9 +403,9 @@ def _start(node: RealNode, images: Iterable[str] | None, timeout: float) -> None
     node._spawn(
         "kubelet",
         [
-            str(bins / "kubelet"),
+            str(node.artifacts.k8s_bin / "kubelet"),
             f"--config={kubelet_conf}",
-            f"--kubeconfig={kubelet_kc}",
+            f"--kubeconfig={kubeconfig}",
             f"--hostname-override={node.name}",
             f"--node-ip={addrs.node_ip}",
             f"--root-dir={work / 'kubelet'}",
@@ -382,22 +413,30 @@ def _start(node: RealNode, images: Iterable[str] | None, timeout: float) -> None
         ],
         netns=True,
     )
-    # The scheduler (the local control plane runs none).
+
+
+def _start_scheduler(node: RealNode, kubeconfig: Path) -> None:
+    """The scheduler, on this host (the local control plane runs none)."""
     node._spawn(
         "kube-scheduler",
         [
-            str(bins / "kube-scheduler"),
-            f"--kubeconfig={sched_kc}",
-            f"--authentication-kubeconfig={sched_kc}",
-            f"--authorization-kubeconfig={sched_kc}",
+            str(node.artifacts.k8s_bin / "kube-scheduler"),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
             "--leader-elect=false",
             "--bind-address=127.0.0.1",
             "--secure-port=0",
-            f"--cert-dir={work / 'scheduler'}",
+            f"--cert-dir={node.work / 'scheduler'}",
             "--v=1",
         ],
         netns=False,
     )
+
+
+def _wait_registered(node: RealNode, timeout: float) -> None:
+    """Wait for the kubelet to register the node, then give it its pod CIDR."""
+    plane, addrs = node.plane, node.addrs
 
     def registered() -> bool:
         return plane.kubectl("get", "node", node.name, check=False).returncode == 0
@@ -413,17 +452,25 @@ def _start(node: RealNode, images: Iterable[str] | None, timeout: float) -> None
         check=False,
     )
 
-    # kube-proxy and the NetworkPolicy firewall.
+
+def _start_proxy_and_firewall(node: RealNode, proxy_kc: Path, router_kc: Path) -> None:
+    """kube-proxy and the NetworkPolicy firewall (kube-router)."""
     proxy_conf = _write(
-        work / "kube-proxy.json",
-        json.dumps(cfg.kube_proxy_config(proxy_kc, node.name, addrs), indent=2),
+        node.work / "kube-proxy.json",
+        json.dumps(cfg.kube_proxy_config(proxy_kc, node.name, node.addrs), indent=2),
     )
+    bins = node.artifacts.k8s_bin
     node._spawn("kube-proxy", [str(bins / "kube-proxy"), f"--config={proxy_conf}"], netns=True)
     node._spawn(
         "kube-router",
-        [node.artifacts["KUBE_ROUTER"], *cfg.kube_router_args(router_kc, node.name, addrs)],
+        [node.artifacts["KUBE_ROUTER"], *cfg.kube_router_args(router_kc, node.name, node.addrs)],
         netns=True,
     )
+
+
+def _wait_node_ready(node: RealNode, timeout: float) -> None:
+    """Wait for the node's Ready condition, then lift its not-ready taint."""
+    plane = node.plane
 
     def ready() -> bool:
         done = plane.kubectl(
@@ -443,9 +490,10 @@ def _start(node: RealNode, images: Iterable[str] | None, timeout: float) -> None
         "taint", "node", node.name, "node.kubernetes.io/not-ready:NoSchedule-", check=False
     )
 
-    _publish_api_endpoint(node, api_port)
 
-    # CoreDNS as a pod, reaching the API server through the `kubernetes` Service.
+def _start_coredns(node: RealNode, timeout: float) -> None:
+    """CoreDNS as a pod, reaching the API server through the `kubernetes` Service."""
+    plane = node.plane
     pki = plane.state_dir / "pki"
     dns_kc = plane.user_kubeconfig(cfg.COREDNS_USER)
     dns_conf = yaml.safe_load(dns_kc.read_text())
@@ -455,9 +503,9 @@ def _start(node: RealNode, images: Iterable[str] | None, timeout: float) -> None
         Path(user["client-certificate"]).read_text(),
         Path(user["client-key"]).read_text(),
         cfg.COREDNS_USER,
-        addrs.api_service_ip,
+        node.addrs.api_service_ip,
     )
-    objects = cfg.coredns_objects(node.artifacts["COREDNS_IMAGE"], kubeconfig, addrs)
+    objects = cfg.coredns_objects(node.artifacts["COREDNS_IMAGE"], kubeconfig, node.addrs)
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(objects))
 
     def dns_ready() -> bool:

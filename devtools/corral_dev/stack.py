@@ -5,7 +5,7 @@ Shared by `python -m corral_dev up` and the cluster tests. The chart is rendered
 operator then runs as a local `corral-operator` process that authenticates as
 `system:serviceaccount:<ns>:corral-operator` with a client certificate the control plane's CA
 signs, so every call it makes is checked against exactly the chart's rules. The model is the
-project's scripted server (`python -m corral_harness.scripted`) or a real endpoint.
+project's scripted server (`python -m corral_dev.scripted`) or a real endpoint.
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def start_scripted_model(
     argv = [
         sys.executable,
         "-m",
-        "corral_harness.scripted",
+        "corral_dev.scripted",
         "--port",
         str(port),
         "--script",

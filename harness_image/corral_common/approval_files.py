@@ -4,8 +4,8 @@ Used wherever there are no Approval resources: by the custodian of `corral run` 
 requests), by a harness started without a custodian (the wire tests), and by `corral run`'s
 desk, which decides them. A record binds to a scope (the session or conversation that asked)
 and to the digest of the exact call; a decision must name both, so a decision meant for
-another session or another call releases nothing (DESIGN §2: a decision counts only for its
-own session).
+another session or another call releases nothing (docs/approvals.md: a decision counts only for
+its own session).
 
 Record fields: id, scope, submissionId, toolUseId, tool, input, digest, reason, and decision
 (null while pending, then "approved" or "denied") with decidedBy.

@@ -165,6 +165,31 @@ def create_app(core: Custodian) -> FastAPI:
     """The harness-facing app."""
     settings = core.settings
     app = FastAPI(title="corral-custodian", docs_url=None, redoc_url=None, openapi_url=None)
+    _add_model_routes(app, core)
+    _add_menu_routes(app, core)
+    _add_delivery_routes(app, core)
+    _add_approval_routes(app, core)
+    app.include_router(memory_router(core.memory, settings.max_body_bytes))
+    add_hook_routes(app, core.live, settings)
+
+    if settings.credential is None:
+        log.warning(
+            "CORRAL_CUSTODIAN_INSECURE=1 and no CORRAL_CUSTODIAN_CREDENTIAL_FILE: every caller "
+            "is served"
+        )
+        return app
+    app.add_middleware(
+        RequireCredential,
+        secret=settings.credential,
+        what="the pod-local credential",
+        accept_api_key=True,
+        open_paths=frozenset({"/readyz"}),
+    )
+    return app
+
+
+def _add_model_routes(app: FastAPI, core: Custodian) -> None:
+    """/readyz (open) and the model proxy."""
 
     @app.get("/readyz")
     async def readyz() -> dict[str, bool]:
@@ -180,6 +205,11 @@ def create_app(core: Custodian) -> FastAPI:
             runs_seen[0] = run_id  # once per run, not per model call
             log.info("model requests of run %s", run_id)
         return await core.proxy.messages(request)
+
+
+def _add_menu_routes(app: FastAPI, core: Custodian) -> None:
+    """This turn's Menu and a call of one of its tools."""
+    settings = core.settings
 
     @app.get("/agents/{conversation}/surface")
     async def surface(conversation: str) -> Response:
@@ -213,6 +243,11 @@ def create_app(core: Custodian) -> FastAPI:
         except KeyError:
             return _tool_problem(404, "unknown_tool", f"there is no control tool named {name!r}")
         return JSONResponse(result.wire())
+
+
+def _add_delivery_routes(app: FastAPI, core: Custodian) -> None:
+    """The agent's commits on their way out: the bundle's base, the bundle, the delivery."""
+    settings = core.settings
 
     @app.get("/agents/{conversation}/bundle-base")
     async def bundle_base(conversation: str) -> Response:
@@ -285,6 +320,10 @@ def create_app(core: Custodian) -> FastAPI:
             log.warning("delivery failed: %s", record.message)
         return JSONResponse(record.model_dump(mode="json"))
 
+
+def _add_approval_routes(app: FastAPI, core: Custodian) -> None:
+    """One of this session's Approvals' decision."""
+
     @app.get("/approvals/{name}")
     async def approval(name: str) -> Response:
         try:
@@ -294,25 +333,6 @@ def create_app(core: Custodian) -> FastAPI:
         if found is None:
             return _problem(404, "unknown_approval", f"no approval {name!r} for this session")
         return JSONResponse(found)
-
-    app.include_router(memory_router(core.memory, settings.max_body_bytes))
-
-    add_hook_routes(app, core.live, settings)
-
-    if settings.credential is None:
-        log.warning(
-            "CORRAL_CUSTODIAN_INSECURE=1 and no CORRAL_CUSTODIAN_CREDENTIAL_FILE: every caller "
-            "is served"
-        )
-        return app
-    app.add_middleware(
-        RequireCredential,
-        secret=settings.credential,
-        what="the pod-local credential",
-        accept_api_key=True,
-        open_paths=frozenset({"/readyz"}),
-    )
-    return app
 
 
 def create_operator_app(core: Custodian) -> FastAPI:

@@ -1,4 +1,4 @@
-"""The harness's settings, read from the environment once at start (DESIGN §8)."""
+"""The harness's settings, read from the environment once at start (docs/operations.md)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""`corral-harness`: serve the wire on CORRAL_HARNESS_ADDR (DESIGN §8).
+"""`corral-harness`: serve the wire (`corral_api.wire`) on CORRAL_HARNESS_ADDR.
 
 By hand, against the scripted model::
 
-    python -m corral_harness.scripted --port 8090 --script demo.yaml &
+    python -m corral_dev.scripted --port 8090 --script demo.yaml &
     CORRAL_HARNESS_ADDR=127.0.0.1:8080 CORRAL_GRANTED_ROOT=$PWD CORRAL_STATE_DIR=/tmp/h \
         ANTHROPIC_BASE_URL=http://127.0.0.1:8090 corral-harness &
     curl -s -XPOST localhost:8080/agents/demo/c1 -d '{"message": "list the files",

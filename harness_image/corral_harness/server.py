@@ -1,4 +1,4 @@
-"""The harness's HTTP server: the wire of DESIGN §4 and §8 on FastAPI.
+"""The harness's HTTP server: the wire (`corral_api.wire`, docs/architecture.md) on FastAPI.
 
 Auth: when a token file is configured every route but `/readyz` wants `Authorization: Bearer
 <token>`. Bad input is a 400 with a reason; an unknown conversation is a 404 on both views.
@@ -105,6 +105,63 @@ def workspace_for(config: HarnessConfig) -> Workspace:
     return LocalWorkspace(config.granted_root)
 
 
+class _ServerState:
+    """What the routes share: the conversations, the workspace, the policy, the engine's load."""
+
+    def __init__(
+        self,
+        config: HarnessConfig,
+        *,
+        registry: Registry,
+        workspace: Workspace,
+        policy: TurnPolicy,
+        engine_loader: Callable[[], Awaitable[EngineAdapter]],
+        menu: MenuClient,
+        delivery: TurnDelivery | None,
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.workspace = workspace
+        self.policy = policy
+        self.engine_loader = engine_loader
+        self.menu = menu
+        self.delivery = delivery
+        self.engine_warm: list[asyncio.Future[EngineAdapter]] = []  # the load started at boot
+        self.ended: set[tuple[str, str]] = set()  # conversations whose sessionEnd hooks ran
+
+    @asynccontextmanager
+    async def lifespan(self, app: FastAPI) -> AsyncIterator[None]:
+        self.config.state_dir.mkdir(parents=True, exist_ok=True)
+        self.registry.load()
+        # Load the engine as soon as the server listens (the SDK's import goes to a thread and
+        # would slow the bind); the first submission awaits the same load, /readyz reports it.
+        warm = asyncio.get_running_loop().call_soon(
+            lambda: self.engine_warm.append(asyncio.ensure_future(self.engine_loader()))
+        )
+        if TRACING.wanted():
+            # The OTLP exporter's import (~0.1 s) goes to a thread, off the first request.
+            asyncio.get_running_loop().run_in_executor(None, TRACING.configured)
+        yield
+        warm.cancel()
+        TRACING.shutdown()  # flushes the spans still batched
+        await self.registry.close()
+        await self.menu.close()
+        if self.delivery is not None:
+            await self.delivery.aclose()
+        if isinstance(self.workspace, ExecWorkspace):
+            await self.workspace.aclose()
+
+    def lookup(self, agent: str, conversation: str) -> Conversation | JSONResponse:
+        """The conversation, else the 400 of a bad name or the 404 of an unknown one."""
+        bad = _names_ok(agent, conversation)
+        if bad is not None:
+            return bad
+        conv = self.registry.get(agent, conversation)
+        if conv is None:
+            return _error(404, "unknown_conversation", f"no conversation {agent}/{conversation}")
+        return conv
+
+
 def create_app(
     config: HarnessConfig,
     *,
@@ -120,7 +177,6 @@ def create_app(
     if config.token_file and not token:
         raise ValueError(f"the wire token file {config.token_file} is empty")
     engine_loader = engine or chosen_engine_loader(config)
-    engine_warm: list[asyncio.Future[EngineAdapter]] = []  # the load started at boot
     # The workspace: `push` and `land` first hand the custodian the commits as a bundle.
     menu = MenuClient(
         config.custodian_url, credential=config.custodian_credential(), workspace=workspace
@@ -145,31 +201,22 @@ def create_app(
         delivery=delivery,
     )
     registry = Registry(config.state_dir, Turn(deps), durable=config.durable)
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        config.state_dir.mkdir(parents=True, exist_ok=True)
-        registry.load()
-        # Load the engine as soon as the server listens (the SDK's import goes to a thread and
-        # would slow the bind); the first submission awaits the same load, /readyz reports it.
-        warm = asyncio.get_running_loop().call_soon(
-            lambda: engine_warm.append(asyncio.ensure_future(engine_loader()))
-        )
-        if TRACING.wanted():
-            # The OTLP exporter's import (~0.1 s) goes to a thread, off the first request.
-            asyncio.get_running_loop().run_in_executor(None, TRACING.configured)
-        yield
-        warm.cancel()
-        TRACING.shutdown()  # flushes the spans still batched
-        await registry.close()
-        await menu.close()
-        if delivery is not None:
-            await delivery.aclose()
-        if isinstance(workspace, ExecWorkspace):
-            await workspace.aclose()
+    state = _ServerState(
+        config,
+        registry=registry,
+        workspace=workspace,
+        policy=deps.policy,
+        engine_loader=engine_loader,
+        menu=menu,
+        delivery=delivery,
+    )
 
     app = FastAPI(
-        title="corral-harness", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+        title="corral-harness",
+        lifespan=state.lifespan,
+        docs_url=None,
+        redoc_url=None,
+        openapi_url=None,
     )
     app.state.registry = registry
 
@@ -183,6 +230,25 @@ def create_app(
 
     if token is not None:
         app.add_middleware(BearerToken, token=token)
+
+    _add_health_routes(app, state)
+    _add_conversation_routes(app, state)
+    _add_turn_control_routes(app, state)
+    _add_check_routes(app, state)
+    return app
+
+
+def _names_ok(agent: str, conversation: str) -> JSONResponse | None:
+    for label, value in (("agent", agent), ("conversation", conversation)):
+        if not NAME.match(value):
+            return _error(400, "bad_name", f"{label} name {value!r} must match {NAME.pattern}")
+    return None
+
+
+def _add_health_routes(app: FastAPI, state: _ServerState) -> None:
+    """/readyz (open) and /metrics."""
+    workspace = state.workspace
+    engine_warm = state.engine_warm
 
     @app.get("/readyz")
     async def readyz() -> Response:
@@ -201,24 +267,14 @@ def create_app(
     async def metrics_() -> Response:
         return Response(generate_latest(metrics.REGISTRY), media_type=CONTENT_TYPE_LATEST)
 
-    def names_ok(agent: str, conversation: str) -> JSONResponse | None:
-        for label, value in (("agent", agent), ("conversation", conversation)):
-            if not NAME.match(value):
-                return _error(400, "bad_name", f"{label} name {value!r} must match {NAME.pattern}")
-        return None
 
-    def lookup(agent: str, conversation: str) -> Conversation | JSONResponse:
-        bad = names_ok(agent, conversation)
-        if bad is not None:
-            return bad
-        conv = registry.get(agent, conversation)
-        if conv is None:
-            return _error(404, "unknown_conversation", f"no conversation {agent}/{conversation}")
-        return conv
+def _add_conversation_routes(app: FastAPI, state: _ServerState) -> None:
+    """A submission's admission and the conversation's two views: its updates and history."""
+    registry = state.registry
 
     @app.post("/agents/{agent}/{conversation}")
     async def admit(agent: str, conversation: str, request: Request) -> Response:
-        bad = names_ok(agent, conversation)
+        bad = _names_ok(agent, conversation)
         if bad is not None:
             return bad
         try:
@@ -292,7 +348,7 @@ def create_app(
 
     @app.get("/agents/{agent}/{conversation}/updates")
     async def updates(agent: str, conversation: str, offset: int = 0, wait: float = 0) -> Response:
-        found = lookup(agent, conversation)
+        found = state.lookup(agent, conversation)
         if isinstance(found, JSONResponse):
             return found
         if offset < 0 or wait < 0:
@@ -302,15 +358,20 @@ def create_app(
 
     @app.get("/agents/{agent}/{conversation}/history")
     async def history(agent: str, conversation: str) -> Response:
-        found = lookup(agent, conversation)
+        found = state.lookup(agent, conversation)
         if isinstance(found, JSONResponse):
             return found
         events = await found.events_after(0, 0)
         return JSONResponse({"events": events, "offset": len(events)})
 
+
+def _add_turn_control_routes(app: FastAPI, state: _ServerState) -> None:
+    """What the driver says of turns admitted: abort one, steer one, end the session."""
+    registry = state.registry
+
     @app.post("/agents/{agent}/{conversation}/abort")
     async def abort(agent: str, conversation: str, request: Request) -> Response:
-        bad = names_ok(agent, conversation)
+        bad = _names_ok(agent, conversation)
         if bad is not None:
             return bad
         conv = registry.get(agent, conversation)
@@ -329,7 +390,7 @@ def create_app(
     @app.post("/agents/{agent}/{conversation}/steer")
     async def steer(agent: str, conversation: str, request: Request) -> Response:
         """A later message of the turn in flight, and/or a new thinking level (docs/ledger.md)."""
-        found = lookup(agent, conversation)
+        found = state.lookup(agent, conversation)
         if isinstance(found, JSONResponse):
             return found
         try:
@@ -343,12 +404,10 @@ def create_app(
             return _error(409, "no_turn", f"{which} is not running in {agent}/{conversation}")
         return JSONResponse(SteerResponse(steered=True, submissionId=sub.id).model_dump())
 
-    ended: set[tuple[str, str]] = set()
-
     @app.post("/agents/{agent}/{conversation}/end")
     async def end(agent: str, conversation: str, request: Request) -> Response:
         """The session is over (the driver says so once): run the sessionEnd hooks, once."""
-        bad = names_ok(agent, conversation)
+        bad = _names_ok(agent, conversation)
         if bad is not None:
             return bad
         try:
@@ -358,10 +417,10 @@ def create_app(
             return _error(400, "bad_request", reason)
         conv = registry.get(agent, conversation)
         spec = body.agent or _previous_agent(conv)
-        if conv is None or spec is None or (agent, conversation) in ended:
+        if conv is None or spec is None or (agent, conversation) in state.ended:
             return JSONResponse(EndResponse(ended=False).model_dump(exclude_none=True))
-        ended.add((agent, conversation))
-        session_end = getattr(deps.policy, "session_end", None)
+        state.ended.add((agent, conversation))
+        session_end = getattr(state.policy, "session_end", None)
         if session_end is None:
             return JSONResponse(EndResponse(ended=True).model_dump(exclude_none=True))
         ctx = TurnContext(
@@ -370,8 +429,8 @@ def create_app(
             agent=spec,
             model=spec.model,
             thinking_level=spec.thinking_level,
-            granted_root=workspace.root,
-            read_only=config.read_only,
+            granted_root=state.workspace.root,
+            read_only=state.config.read_only,
             context_window=0,
             max_output_tokens=0,
             memory_scope=conv.agent,
@@ -382,6 +441,11 @@ def create_app(
         )
         return JSONResponse(answer.model_dump(exclude_none=True))
 
+
+def _add_check_routes(app: FastAPI, state: _ServerState) -> None:
+    """/checks: a check run in the workspace (checks.py)."""
+    workspace = state.workspace
+
     @app.post("/checks")
     async def checks(request: Request) -> Response:
         try:
@@ -391,8 +455,6 @@ def create_app(
             return _error(400, "bad_request", reason)
         result = await run_check(workspace, body)
         return JSONResponse(result.model_dump())
-
-    return app
 
 
 def _previous_agent(conv: Conversation | None) -> AgentSpec | None:

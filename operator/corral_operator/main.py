@@ -82,163 +82,212 @@ def _history_bytes(text: str) -> int:
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    d = OperatorSettings()
-    p = argparse.ArgumentParser(prog="corral-operator", description=__doc__)
-    p.add_argument("-n", "--namespace", action="append", default=[], help="watch this namespace")
-    p.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
-    p.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
-    p.add_argument("--image", default=os.environ.get("CORRAL_SANDBOX_IMAGE", d.image))
-    p.add_argument(
+    defaults = OperatorSettings()
+    parser = argparse.ArgumentParser(prog="corral-operator", description=__doc__)
+    # The groups in the order --help lists them.
+    _add_watch_args(parser)
+    _add_sandbox_args(parser, defaults)
+    _add_egress_args(parser, defaults)
+    _add_uid_args(parser, defaults)
+    _add_limit_args(parser, defaults)
+    _add_local_repo_args(parser, defaults)
+    _add_archive_args(parser, defaults)
+    _add_serving_args(parser)
+    _add_logging_args(parser)
+    args = parser.parse_args(argv)
+    _check_args(parser, args)
+    return args
+
+
+def _add_watch_args(parser: argparse.ArgumentParser) -> None:
+    """Which namespaces the operator watches, and the cluster it reaches."""
+    parser.add_argument(
+        "-n", "--namespace", action="append", default=[], help="watch this namespace"
+    )
+    parser.add_argument("-A", "--all-namespaces", action="store_true", help="watch every namespace")
+    parser.add_argument("--kubeconfig", default=os.environ.get("KUBECONFIG"))
+
+
+def _add_sandbox_args(parser: argparse.ArgumentParser, d: OperatorSettings) -> None:
+    """What each sandbox runs and the services it is given."""
+    parser.add_argument("--image", default=os.environ.get("CORRAL_SANDBOX_IMAGE", d.image))
+    parser.add_argument(
         "--operator-namespace", default=os.environ.get("POD_NAMESPACE", d.operator_namespace)
     )
-    p.add_argument("--operator-pod-label", action="append", type=_label, default=[])
-    p.add_argument("--sandbox-service-account", default=d.sandbox_service_account)
-    p.add_argument("--token-audience", default=d.token_audience)
-    p.add_argument("--token-expiry-seconds", type=int, default=d.token_expiry_seconds)
-    p.add_argument("--kube-api-url", default=d.kube_api_url)
-    p.add_argument("--kube-ca-configmap", default=d.kube_ca_configmap, help="'' for none")
-    p.add_argument("--model-upstream-url", default=d.model_upstream_url)
-    p.add_argument(
+    parser.add_argument("--operator-pod-label", action="append", type=_label, default=[])
+    parser.add_argument("--sandbox-service-account", default=d.sandbox_service_account)
+    parser.add_argument("--token-audience", default=d.token_audience)
+    parser.add_argument("--token-expiry-seconds", type=int, default=d.token_expiry_seconds)
+    parser.add_argument("--kube-api-url", default=d.kube_api_url)
+    parser.add_argument("--kube-ca-configmap", default=d.kube_ca_configmap, help="'' for none")
+    parser.add_argument("--model-upstream-url", default=d.model_upstream_url)
+    parser.add_argument(
         "--model-catalog-configmap",
         default=d.model_catalog_configmap,
         help="ConfigMap (in each Session's namespace) with the model catalog overlay, key "
         "models.json; mounted into every sandbox's harness and custodian ('' for none)",
     )
-    p.add_argument(
+    parser.add_argument(
         "--memory-dsn-file",
         type=_memory_dsn,
         default=None,
         help="file holding the PostgreSQL DSN of the long-term memory store (docs/memory.md); "
         "copied into each sandbox's Secret for its custodian alone",
     )
-    p.add_argument(
+    parser.add_argument(
         "--otlp-endpoint",
         default=None,
         help="OTLP/HTTP endpoint the sandboxes' harnesses send traces to (docs/tracing.md)",
     )
-    p.add_argument("--platform-egress", action="append", type=_egress, default=[])
-    p.add_argument("--no-dns-egress", action="store_true")
-    p.add_argument(
+
+
+def _add_egress_args(parser: argparse.ArgumentParser, d: OperatorSettings) -> None:
+    """Where a sandbox may connect: the platform's endpoints and the cluster's DNS."""
+    parser.add_argument("--platform-egress", action="append", type=_egress, default=[])
+    parser.add_argument("--no-dns-egress", action="store_true")
+    parser.add_argument(
         "--dns-namespace", default=d.dns_namespace, help="namespace of the cluster's DNS pods"
     )
-    p.add_argument(
+    parser.add_argument(
         "--dns-pod-label",
         action="append",
         type=_label,
         default=[],
         help="KEY=VALUE label of the cluster's DNS pods (repeatable; default k8s-app=kube-dns)",
     )
-    p.add_argument("--harness-uid", type=_uid, default=d.harness_uid)
-    p.add_argument("--tools-uid", type=_uid, default=d.tools_uid)
-    p.add_argument("--custodian-uid", type=_uid, default=d.custodian_uid)
-    p.add_argument("--fs-group", type=_uid, default=d.fs_group)
-    p.add_argument("--wire-wait-seconds", type=float, default=d.wire_wait_seconds)
-    p.add_argument(
+
+
+def _add_uid_args(parser: argparse.ArgumentParser, d: OperatorSettings) -> None:
+    """The sandbox's uids and its shared group (checked apart in _check_args)."""
+    parser.add_argument("--harness-uid", type=_uid, default=d.harness_uid)
+    parser.add_argument("--tools-uid", type=_uid, default=d.tools_uid)
+    parser.add_argument("--custodian-uid", type=_uid, default=d.custodian_uid)
+    parser.add_argument("--fs-group", type=_uid, default=d.fs_group)
+
+
+def _add_limit_args(parser: argparse.ArgumentParser, d: OperatorSettings) -> None:
+    """How long and how much the operator waits for, reads and sends at once."""
+    parser.add_argument("--wire-wait-seconds", type=float, default=d.wire_wait_seconds)
+    parser.add_argument(
         "--max-history-bytes",
         type=_history_bytes,
         default=d.max_history_bytes,
         help="the most read of one harness answer (its history) or one archived object; "
         "beyond it the read stops and the Session's condition says so (default 64 MiB)",
     )
-    p.add_argument(
+    parser.add_argument(
         "--api-writes-in-flight",
         type=_positive,
         default=d.api_writes_in_flight,
         help="updates and deletes sent to the API server at once; creates and reads go at once",
     )
-    p.add_argument(
+
+
+def _add_local_repo_args(parser: argparse.ArgumentParser, d: OperatorSettings) -> None:
+    parser.add_argument(
         "--local-repo-root",
         default=d.local_repo_root,
         help="development aid for local clusters: resolve a relative workspace.repo against "
         "this directory on the node (off by default: relative repos are refused)",
     )
-    p.add_argument(
+
+
+def _add_archive_args(parser: argparse.ArgumentParser, d: OperatorSettings) -> None:
+    """Where finished Sessions are archived (a directory or an S3 bucket), and its reader."""
+    parser.add_argument(
         "--archive-dir",
         default=None,
         help="archive each Session's transcript and receipts here before its pod goes "
         "(docs/history.md; the chart mounts a PersistentVolumeClaim)",
     )
-    p.add_argument(
+    parser.add_argument(
         "--archive-s3-endpoint",
         default=None,
         metavar="URL",
         help="archive to this S3-compatible object store instead of --archive-dir "
         "(docs/history.md)",
     )
-    p.add_argument("--archive-s3-bucket", default="", help="the S3 archive's bucket")
-    p.add_argument(
-        "--archive-s3-region", default=OperatorSettings().archive_s3_region, help="SigV4 region"
-    )
-    p.add_argument("--archive-s3-prefix", default="", help="a key prefix inside the bucket")
-    p.add_argument(
+    parser.add_argument("--archive-s3-bucket", default="", help="the S3 archive's bucket")
+    parser.add_argument("--archive-s3-region", default=d.archive_s3_region, help="SigV4 region")
+    parser.add_argument("--archive-s3-prefix", default="", help="a key prefix inside the bucket")
+    parser.add_argument(
         "--archive-s3-credentials-dir",
         default=None,
         metavar="DIR",
         help="the mounted Secret with the files accessKeyId and secretAccessKey "
         "(and sessionToken, optional), read on each request",
     )
-    p.add_argument(
+    parser.add_argument(
         "--archive-deadline-seconds",
         type=float,
-        default=OperatorSettings().archive_deadline_seconds,
+        default=d.archive_deadline_seconds,
         help="how long after a Session finished its pod waits for a failing archive",
     )
-    p.add_argument(
+    parser.add_argument(
         "--archive-listen",
         type=_archive_listen,
         default=None,
         metavar="HOST:PORT",
         help="serve the archive reader (people's transcripts, live or archived) here",
     )
-    p.add_argument("--liveness", default="http://0.0.0.0:8080/healthz")
-    p.add_argument(
+
+
+def _add_serving_args(parser: argparse.ArgumentParser) -> None:
+    """What the operator serves itself: liveness, the console and metrics."""
+    parser.add_argument("--liveness", default="http://0.0.0.0:8080/healthz")
+    parser.add_argument(
         "--console-addr",
         default="",
         metavar="HOST:PORT",
         help="serve the console (people's read API and web pages, docs/console.md) here; "
         "'' for none",
     )
-    p.add_argument(
+    parser.add_argument(
         "--console-secure-cookie",
         action="store_true",
         help="mark the console's sign-in cookie Secure (set when it is served over HTTPS)",
     )
-    p.add_argument(
+    parser.add_argument(
         "--metrics-addr",
         type=_metrics_addr,
         default=os.environ.get("CORRAL_METRICS_ADDR", ""),
         help="HOST:PORT to serve Prometheus metrics at /metrics (docs/observability.md); "
         "'' for none",
     )
-    p.add_argument(
+
+
+def _add_logging_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "--log-format",
         type=_log_format,
         default=os.environ.get(logs.LOG_FORMAT_ENV, "text"),
         help="json or text: the operator's lines, and the harness's and custodian's in every "
         f"sandbox it builds (default ${logs.LOG_FORMAT_ENV}, else text)",
     )
-    p.add_argument("-v", "--verbose", action="store_true")
-    args = p.parse_args(argv)
+    parser.add_argument("-v", "--verbose", action="store_true")
+
+
+def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """What argparse cannot check flag by flag; normalises --local-repo-root to absolute."""
     if not args.namespace and not args.all_namespaces:
-        p.error("give --namespace (repeatable) or --all-namespaces")
+        parser.error("give --namespace (repeatable) or --all-namespaces")
     if args.local_repo_root is not None:
         if not args.local_repo_root:
-            p.error("--local-repo-root must name a directory")
+            parser.error("--local-repo-root must name a directory")
         args.local_repo_root = os.path.abspath(args.local_repo_root)
     if args.token_expiry_seconds < 600:
-        p.error("--token-expiry-seconds must be at least 600 (the API server's minimum)")
+        parser.error("--token-expiry-seconds must be at least 600 (the API server's minimum)")
     uids = (args.harness_uid, args.tools_uid, args.custodian_uid)
     if len(set(uids)) != 3:
-        p.error("--harness-uid, --tools-uid and --custodian-uid must be three different uids")
+        parser.error("--harness-uid, --tools-uid and --custodian-uid must be three different uids")
     if args.fs_group in uids:
-        p.error("--fs-group must be a group of its own, not one of the three uids")
+        parser.error("--fs-group must be a group of its own, not one of the three uids")
     if args.archive_s3_endpoint:
         if args.archive_dir:
-            p.error("give --archive-dir or --archive-s3-endpoint, not both")
+            parser.error("give --archive-dir or --archive-s3-endpoint, not both")
         if not args.archive_s3_bucket or not args.archive_s3_credentials_dir:
-            p.error("--archive-s3-endpoint needs --archive-s3-bucket and "
-                    "--archive-s3-credentials-dir")  # fmt: skip
-    return args
+            parser.error("--archive-s3-endpoint needs --archive-s3-bucket and "
+                         "--archive-s3-credentials-dir")  # fmt: skip
 
 
 def _archive_listen(text: str) -> tuple[str, int]:

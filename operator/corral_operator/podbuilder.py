@@ -32,34 +32,93 @@ from typing import Any
 
 from corral_api import API_VERSION
 from corral_api.kinds import Agent, Budget, EgressRule, Session
-from corral_common.checkout import CHECKOUT_GIT_ENV
 from corral_common.checkout import CHECKOUT_SCRIPT as CHECKOUT_SCRIPT  # evidencepod uses it
-from corral_common.logs import LOG_FORMAT_ENV
 
 from . import naming
+from ._pod_containers import (
+    SessionFacts,
+    checkout_args,
+    checkout_container,
+    checkout_mounts,
+    custodian_container,
+    custodian_env,
+    custodian_mounts,
+    harness_container,
+    harness_env,
+    harness_mounts,
+    install_exec_container,
+    pod_ip_env,
+    tools_container,
+)
+from ._pod_layout import (
+    CUSTODIAN_CREDENTIAL_KEY,
+    CUSTODIAN_STATE_MOUNT,
+    EXEC_BIN_DIR,
+    EXEC_BINARY,
+    EXEC_SOCKET,
+    EXEC_SOCKET_DIR,
+    GIT_CREDENTIALS_DIR,
+    HOOK_SECRET_DIR,
+    KUBE_TOKEN_DIR,
+    MEMORY_DIR,
+    MEMORY_DSN_KEY,
+    MODEL_CATALOG_DIR,
+    MODEL_CATALOG_KEY,
+    MODEL_KEY_DIR,
+    POD_IP_ENV,
+    STATE_MOUNT,
+    WIRE_DIR,
+    WIRE_TOKEN_DIR,
+    WIRE_TOKEN_KEY,
+    WORKSPACE_MOUNT,
+    env,
+    kube_token_volume,
+    scratch_and_wire_volumes,
+)
+from ._pod_options import pod_additions
 from .planning.lineage import lowest
 from .settings import ContainerResources, EgressTarget, OperatorSettings
 
-WORKSPACE_MOUNT = "/workspace"
-STATE_MOUNT = "/var/lib/corral/state"
-CUSTODIAN_STATE_MOUNT = "/var/lib/corral/custodian"
-WIRE_DIR = "/var/run/corral/wire"
-WIRE_TOKEN_DIR = WIRE_DIR  # the name earlier callers know
-MODEL_KEY_DIR = "/var/run/corral/model"
-GIT_CREDENTIALS_DIR = "/var/run/corral/git"
-HOOK_SECRET_DIR = "/var/run/corral/hooks"  # credentials.hookSecretRef: http hooks' headers
-MEMORY_DIR = "/var/run/corral/memory"  # the memory store's DSN, for the custodian alone
-MEMORY_DSN_KEY = "memory-dsn"
-KUBE_TOKEN_DIR = "/var/run/corral/kube"
-EXEC_BIN_DIR = "/opt/corral-exec"
-EXEC_BINARY = f"{EXEC_BIN_DIR}/corral-exec"
-EXEC_SOCKET_DIR = "/var/run/corral/exec"
-EXEC_SOCKET = f"{EXEC_SOCKET_DIR}/exec.sock"
-WIRE_TOKEN_KEY = "token"
-CUSTODIAN_CREDENTIAL_KEY = "custodian"
-POD_IP_ENV = "CORRAL_POD_IP"
-MODEL_CATALOG_DIR = "/etc/corral/catalog"
-MODEL_CATALOG_KEY = "models.json"
+# The pod's paths and keys are defined with its volumes (_pod_layout); import them from here.
+__all__ = [
+    "CHECKOUT_SCRIPT",
+    "CUSTODIAN_CREDENTIAL_KEY",
+    "CUSTODIAN_STATE_MOUNT",
+    "EXEC_BINARY",
+    "EXEC_BIN_DIR",
+    "EXEC_SOCKET",
+    "EXEC_SOCKET_DIR",
+    "GIT_CREDENTIALS_DIR",
+    "HOOK_SECRET_DIR",
+    "KUBE_TOKEN_DIR",
+    "MEMORY_DIR",
+    "MEMORY_DSN_KEY",
+    "MIN_SECRET_CHARS",
+    "MODEL_CATALOG_DIR",
+    "MODEL_CATALOG_KEY",
+    "MODEL_KEY_DIR",
+    "POD_IP_ENV",
+    "STATE_MOUNT",
+    "WIRE_DIR",
+    "WIRE_TOKEN_DIR",
+    "WIRE_TOKEN_KEY",
+    "WORKSPACE_MOUNT",
+    "SandboxManifests",
+    "SandboxSpecError",
+    "build_network_policy",
+    "build_pod",
+    "build_sandbox",
+    "build_wire_secret",
+    "granted_root_problem",
+    "is_relative_repo",
+    "owner_reference",
+    "quantity",
+    "resolve_repo",
+    "restricted_security_context",
+    "sandbox_labels",
+    "tools_resources",
+]
+
 MIN_SECRET_CHARS = 32
 
 # The checkout script is shared with a pooled pod's adopt (corral_common.checkout).
@@ -274,10 +333,6 @@ def tools_resources(agent: Agent, defaults: ContainerResources) -> dict[str, dic
     return {"requests": requests, "limits": limits}
 
 
-def _env(name: str, value: str) -> dict[str, Any]:
-    return {"name": name, "value": value}
-
-
 # ---------------------------------------------------------------------------- the Secret
 
 
@@ -403,32 +458,18 @@ def build_network_policy(
 # --------------------------------------------------------------------------------- the pod
 
 
-def _empty_dir(name: str, size: str, *, memory: bool = False) -> dict[str, Any]:
-    source: dict[str, Any] = {"sizeLimit": size}
-    if memory:
-        source["medium"] = "Memory"
-    return {"name": name, "emptyDir": source}
-
-
-def _mount(name: str, path: str, *, read_only: bool = False) -> dict[str, Any]:
-    mount: dict[str, Any] = {"name": name, "mountPath": path}
-    if read_only:
-        mount["readOnly"] = True
-    return mount
-
-
 def _budget_env(budget: Budget) -> list[dict[str, Any]]:
     """The custodian's budget; an axis without a cap is left unset (the custodian: no cap)."""
-    env: list[dict[str, Any]] = []
+    budget_vars: list[dict[str, Any]] = []
     if budget.tokens is not None:
         if budget.tokens < 1:
             raise SandboxSpecError("the Session's token budget is spent before it starts")
-        env.append(_env("CORRAL_BUDGET_TOKENS", str(budget.tokens)))
+        budget_vars.append(env("CORRAL_BUDGET_TOKENS", str(budget.tokens)))
     if budget.cost_usd is not None:
         if budget.cost_usd <= 0:
             raise SandboxSpecError("the Session's cost budget is spent before it starts")
-        env.append(_env("CORRAL_BUDGET_COST", repr(float(budget.cost_usd))))
-    return env
+        budget_vars.append(env("CORRAL_BUDGET_COST", repr(float(budget.cost_usd))))
+    return budget_vars
 
 
 def build_pod(
@@ -441,334 +482,107 @@ def build_pod(
     """The sandbox pod. `budget` is the Session's effective budget (the lowest of its own, its
     Agent's and, for a child, its parent's remainder); without it, the lower of the first two."""
     _validate(agent, session)
-    name, namespace, uid = _meta(session)
-    spec = session.spec
-    creds = agent.spec.credentials
-    sizes = settings.volume_sizes
-    defaults = settings.resources
-    granted_root = spec.workspace.granted_root
-    repo = resolve_repo(spec.workspace.repo, settings.local_repo_root)
-    branch = spec.workspace.branch or naming.session_branch(name)
-    effective = budget if budget is not None else lowest(spec.budget, agent.spec.limits.budget)
+    facts = _session_facts(agent, session, settings)
+    effective = (
+        budget if budget is not None else lowest(session.spec.budget, agent.spec.limits.budget)
+    )
+    wire_secret = naming.wire_secret_name(facts.name)
+    budget_env = _budget_env(effective)
+    tools_limits = tools_resources(agent, settings.resources.tools)
+    added = pod_additions(agent.spec.credentials, settings, wire_secret)
+    # One context per uid; a container that shares a uid gets its own copy of it.
     harness_security = restricted_security_context(settings.harness_uid)
     tools_security = restricted_security_context(settings.tools_uid)
     custodian_security = restricted_security_context(settings.custodian_uid)
-    custodian_url = f"http://$({POD_IP_ENV}):{settings.custodian_port}"
-    pod_ip_env = {
-        "name": POD_IP_ENV,
-        "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "status.podIP"}},
-    }
-    wire_token_file = f"{WIRE_DIR}/{WIRE_TOKEN_KEY}"
-    credential_file = f"{WIRE_DIR}/{CUSTODIAN_CREDENTIAL_KEY}"
-
-    volumes: list[dict[str, Any]] = [
-        _empty_dir("workspace", sizes.workspace),
-        _empty_dir("state", sizes.state),
-        _empty_dir("harness-tmp", sizes.tmp),
-        _empty_dir("tools-tmp", sizes.tmp),
-        # The checkout's own HOME and /tmp: never the agent's, which a re-run would trust.
-        _empty_dir("checkout-home", sizes.tmp),
-        _empty_dir("custodian-state", sizes.state),
-        _empty_dir("custodian-tmp", sizes.tmp),
-        _empty_dir("exec-bin", sizes.exec_bin),
-        _empty_dir("exec-socket", sizes.exec_socket, memory=True),
-        {
-            "name": "wire",
-            "secret": {
-                "secretName": naming.wire_secret_name(name),
-                "defaultMode": 0o440,
-                "items": [
-                    {"key": WIRE_TOKEN_KEY, "path": WIRE_TOKEN_KEY},
-                    {"key": CUSTODIAN_CREDENTIAL_KEY, "path": CUSTODIAN_CREDENTIAL_KEY},
-                ],
-            },
+    pod_ip = pod_ip_env()  # one entry, first in both the harness's and the custodian's env
+    init_containers = [
+        install_exec_container(settings, harness_security),
+        checkout_container(
+            settings,
+            [*checkout_args(facts), *added.checkout_args],
+            [*checkout_mounts(), *added.checkout_mounts],
+            tools_security,
+        ),
+    ]
+    containers = [
+        harness_container(
+            settings,
+            [*harness_env(facts, settings, pod_ip), *added.harness_env],
+            [*harness_mounts(), *added.harness_mounts],
+            harness_security,
+        ),
+        tools_container(
+            agent.spec.sandbox.image or settings.image,
+            facts.granted_root,
+            tools_limits,
+            tools_security,
+        ),
+        custodian_container(
+            settings,
+            [*custodian_env(facts, settings, pod_ip, budget_env), *added.custodian_env],
+            [*custodian_mounts(), *added.custodian_mounts],
+            custodian_security,
+        ),
+    ]
+    volumes = [
+        *scratch_and_wire_volumes(wire_secret, settings.volume_sizes),
+        kube_token_volume(settings),
+        *added.volumes,
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": naming.pod_name(facts.name),
+            "namespace": facts.namespace,
+            "labels": sandbox_labels(session),
+            "ownerReferences": [owner_reference("Session", facts.name, facts.uid)],
         },
-    ]
-    kube_sources: list[dict[str, Any]] = [
-        {
-            "serviceAccountToken": {
-                "audience": settings.token_audience,
-                "expirationSeconds": settings.token_expiry_seconds,
-                "path": "token",
-            }
-        }
-    ]
-    if settings.kube_ca_configmap:
-        kube_sources.append(
-            {
-                "configMap": {
-                    "name": settings.kube_ca_configmap,
-                    "items": [{"key": "ca.crt", "path": "ca.crt"}],
-                }
-            }
-        )
-    volumes.append(
-        {"name": "kube-token", "projected": {"defaultMode": 0o440, "sources": kube_sources}}
+        "spec": _pod_spec(agent, settings, init_containers, containers, volumes),
+    }
+
+
+def _session_facts(agent: Agent, session: Session, settings: OperatorSettings) -> SessionFacts:
+    """The Session as its containers are told it; SandboxSpecError on a repository that
+    cannot be cloned."""
+    name, namespace, uid = _meta(session)
+    spec = session.spec
+    return SessionFacts(
+        name=name,
+        namespace=namespace,
+        uid=uid,
+        agent_name=spec.agent_ref,
+        agent_spec_json=json.dumps(agent.spec.wire(), sort_keys=True),
+        repo=resolve_repo(spec.workspace.repo, settings.local_repo_root),
+        ref=spec.workspace.ref,
+        branch=spec.workspace.branch or naming.session_branch(name),
+        granted_root=spec.workspace.granted_root,
+        read_only=spec.read_only,
     )
 
-    # --- init 1: the exec service onto its volume, from Corral's image.
-    install_exec = {
-        "name": "install-exec",
-        "image": settings.image,
-        "command": ["corral-exec", "install", EXEC_BIN_DIR],
-        "volumeMounts": [_mount("exec-bin", EXEC_BIN_DIR)],
-        "resources": defaults.install_exec.wire(),
-        "securityContext": dict(harness_security),
-    }
 
-    # --- init 2: the checkout, as the tools uid, with git credentials when the Agent has them.
-    # It runs again in this pod after a node or runtime restart, when the agent has had the
-    # workspace and its /tmp: its HOME and /tmp are a volume no other container mounts, and the
-    # script reads no git configuration but its command line's (corral_common.checkout).
-    checkout_mounts: list[dict[str, Any]] = [
-        _mount("workspace", WORKSPACE_MOUNT),
-        _mount("checkout-home", "/tmp"),
-    ]
-    checkout_args = [
-        "-c",
-        CHECKOUT_SCRIPT,
-        "checkout",
-        repo,
-        spec.workspace.ref,
-        branch,  # the session branch itself, which the checkout refuses when the ref names it
-        WORKSPACE_MOUNT,
-    ]
-    # No workspace: the agent's commits reach the custodian as a bundle (docs/delivery.md),
-    # so nothing the agent wrote is resolved by a process holding a credential.
-    custodian_mounts: list[dict[str, Any]] = [
-        _mount("custodian-state", CUSTODIAN_STATE_MOUNT),
-        _mount("custodian-tmp", "/tmp"),
-        _mount("wire", WIRE_DIR, read_only=True),
-        _mount("kube-token", KUBE_TOKEN_DIR, read_only=True),
-    ]
-    custodian_env: list[dict[str, Any]] = [
-        pod_ip_env,
-        _env("CORRAL_CUSTODIAN_ADDR", f"$({POD_IP_ENV}):{settings.custodian_port}"),
-        _env(
-            "CORRAL_CUSTODIAN_OPERATOR_ADDR",
-            f"$({POD_IP_ENV}):{settings.custodian_operator_port}",
-        ),
-        _env("CORRAL_CUSTODIAN_CREDENTIAL_FILE", credential_file),
-        _env("CORRAL_WIRE_TOKEN_FILE", wire_token_file),
-        _env("CORRAL_UPSTREAM_URL", settings.model_upstream_url),
-        _env("CORRAL_SESSION_NAME", name),
-        _env("CORRAL_SESSION_NAMESPACE", namespace),
-        _env("CORRAL_SESSION_UID", uid),
-        _env("CORRAL_AGENT_NAME", spec.agent_ref),
-        _env("CORRAL_STATE_DIR", CUSTODIAN_STATE_MOUNT),
-        _env("CORRAL_AGENT_SPEC_JSON", json.dumps(agent.spec.wire(), sort_keys=True)),
-        _env("CORRAL_KUBE_API", settings.kube_api_url),
-        _env("CORRAL_KUBE_TOKEN_FILE", f"{KUBE_TOKEN_DIR}/token"),
-        _env("CORRAL_SESSION_BRANCH", branch),
-        _env("CORRAL_GIT_REMOTE_URL", repo),
-        _env("CORRAL_READ_ONLY", "true" if spec.read_only else "false"),
-        *_budget_env(effective),
-        _env("HOME", "/tmp"),
-    ]
-    if settings.kube_ca_configmap:
-        custodian_env.append(_env("CORRAL_KUBE_CA_FILE", f"{KUBE_TOKEN_DIR}/ca.crt"))
-    if creds.model_secret_ref:
-        volumes.append(
-            {
-                "name": "model-key",
-                "secret": {
-                    "secretName": creds.model_secret_ref.name,
-                    "defaultMode": 0o440,
-                    "items": [{"key": creds.model_secret_ref.key, "path": "key"}],
-                },
-            }
-        )
-        custodian_mounts.append(_mount("model-key", MODEL_KEY_DIR, read_only=True))
-        custodian_env.append(_env("CORRAL_MODEL_KEY_FILE", f"{MODEL_KEY_DIR}/key"))
-    if creds.git_secret_ref:
-        volumes.append(
-            {
-                "name": "git-credentials",
-                "secret": {
-                    "secretName": creds.git_secret_ref.name,
-                    "defaultMode": 0o440,
-                    "items": [{"key": creds.git_secret_ref.key, "path": "credentials"}],
-                },
-            }
-        )
-        git_mount = _mount("git-credentials", GIT_CREDENTIALS_DIR, read_only=True)
-        custodian_mounts.append(git_mount)
-        checkout_mounts.append(dict(git_mount))
-        custodian_env.append(
-            _env("CORRAL_GIT_CREDENTIALS_FILE", f"{GIT_CREDENTIALS_DIR}/credentials")
-        )
-        checkout_args.append(f"{GIT_CREDENTIALS_DIR}/credentials")
-    if creds.hook_secret_ref:
-        # Every key, for the custodian alone: it adds them to http hooks' requests.
-        volumes.append(
-            {
-                "name": "hook-secret",
-                "secret": {"secretName": creds.hook_secret_ref.name, "defaultMode": 0o440},
-            }
-        )
-        custodian_mounts.append(_mount("hook-secret", HOOK_SECRET_DIR, read_only=True))
-        custodian_env.append(_env("CORRAL_HOOK_SECRET_DIR", HOOK_SECRET_DIR))
-    if settings.memory_dsn:
-        # Long-term memory (docs/memory.md): the DSN's one item of the Session's Secret, in
-        # the custodian only; the harness's view of that Secret lists its two keys alone.
-        volumes.append(
-            {
-                "name": "memory",
-                "secret": {
-                    "secretName": naming.wire_secret_name(name),
-                    "defaultMode": 0o440,
-                    "items": [{"key": MEMORY_DSN_KEY, "path": "dsn"}],
-                },
-            }
-        )
-        custodian_mounts.append(_mount("memory", MEMORY_DIR, read_only=True))
-        custodian_env.append(_env("CORRAL_MEMORY_DSN_FILE", f"{MEMORY_DIR}/dsn"))
-    checkout = {
-        "name": "checkout",
-        "image": settings.image,
-        "command": ["sh"],
-        "args": checkout_args,
-        "env": [_env("HOME", "/tmp"), *(_env(k, v) for k, v in CHECKOUT_GIT_ENV)],
-        "volumeMounts": checkout_mounts,
-        "resources": defaults.checkout.wire(),
-        "securityContext": dict(tools_security),
-    }
-
-    harness_env = [
-        pod_ip_env,
-        _env("CORRAL_HARNESS_ADDR", f"$({POD_IP_ENV}):{settings.harness_port}"),
-        _env("CORRAL_STATE_DIR", STATE_MOUNT),
-        # The path as the tools container sees it; the harness never opens it itself.
-        _env("CORRAL_GRANTED_ROOT", granted_root),
-        _env("CORRAL_EXEC_SOCKET", EXEC_SOCKET),
-        _env("CORRAL_WIRE_TOKEN_FILE", wire_token_file),
-        _env("CORRAL_CUSTODIAN_URL", custodian_url),
-        _env("CORRAL_CUSTODIAN_CREDENTIAL_FILE", credential_file),
-        _env("CORRAL_READ_ONLY", "true" if spec.read_only else "false"),
-        _env("ANTHROPIC_BASE_URL", custodian_url),
-        _env("HOME", "/tmp"),
-    ]
-    if settings.log_format != "text":
-        # The harness and the custodian log as the operator does (docs/observability.md).
-        for env in (harness_env, custodian_env):
-            env.append(_env(LOG_FORMAT_ENV, settings.log_format))
-    if settings.otlp_endpoint:
-        # Traces of each run leave over OTLP (docs/tracing.md); unset, the SDK is not loaded.
-        harness_env += [
-            _env("OTEL_EXPORTER_OTLP_ENDPOINT", settings.otlp_endpoint),
-            _env("OTEL_SERVICE_NAME", "corral-harness"),
-        ]
-    harness_mounts: list[dict[str, Any]] = [
-        _mount("state", STATE_MOUNT),
-        _mount("harness-tmp", "/tmp"),
-        _mount("wire", WIRE_DIR, read_only=True),
-        _mount("exec-socket", EXEC_SOCKET_DIR),
-    ]
-    harness = {
-        "name": "harness",
-        "image": settings.image,
-        "command": ["corral-harness"],
-        "ports": [{"name": "wire", "containerPort": settings.harness_port, "protocol": "TCP"}],
-        "env": harness_env,
-        "workingDir": "/tmp",
-        "readinessProbe": {
-            "httpGet": {"path": "/readyz", "port": settings.harness_port},
-            "periodSeconds": 1,
-            "failureThreshold": 3,
-        },
-        "volumeMounts": harness_mounts,
-        "resources": defaults.harness.wire(),
-        "securityContext": dict(harness_security),
-    }
-    tools = {
-        "name": "tools",
-        "image": agent.spec.sandbox.image or settings.image,
-        "command": [EXEC_BINARY, "serve", "--socket", EXEC_SOCKET, "--root", granted_root],
-        # No token, no Secret, no variable naming a control endpoint. The checkout belongs to
-        # the tools uid but the volume's root to root (as the kubelet makes an emptyDir), so
-        # git in the agent's own container would refuse the repository as "dubious".
-        "env": [
-            _env("HOME", "/tmp"),
-            _env("GIT_CONFIG_COUNT", "1"),
-            _env("GIT_CONFIG_KEY_0", "safe.directory"),
-            _env("GIT_CONFIG_VALUE_0", "*"),
-        ],
-        "workingDir": granted_root,
-        "volumeMounts": [
-            _mount("workspace", WORKSPACE_MOUNT),
-            _mount("exec-bin", EXEC_BIN_DIR, read_only=True),
-            _mount("exec-socket", EXEC_SOCKET_DIR),
-            _mount("tools-tmp", "/tmp"),
-        ],
-        "resources": tools_resources(agent, defaults.tools),
-        "securityContext": dict(tools_security),
-    }
-    custodian = {
-        "name": "custodian",
-        "image": settings.image,
-        "command": ["corral-custodian"],
-        "ports": [
-            {"name": "custodian", "containerPort": settings.custodian_port, "protocol": "TCP"},
-            {
-                "name": "custodian-op",
-                "containerPort": settings.custodian_operator_port,
-                "protocol": "TCP",
-            },
-        ],
-        "env": custodian_env,
-        "workingDir": "/tmp",
-        "readinessProbe": {
-            "httpGet": {"path": "/readyz", "port": settings.custodian_port},
-            "periodSeconds": 1,
-            "failureThreshold": 3,
-        },
-        "volumeMounts": custodian_mounts,
-        "resources": defaults.custodian.wire(),
-        "securityContext": dict(custodian_security),
-    }
-    if settings.model_catalog_configmap:
-        # The platform's catalog overlay: the harness resolves models and the custodian
-        # allowlists and clamps them from the same file (docs/model-catalog.md).
-        volumes.append(
-            {
-                "name": "model-catalog",
-                "configMap": {
-                    "name": settings.model_catalog_configmap,
-                    "defaultMode": 0o444,
-                    "items": [{"key": MODEL_CATALOG_KEY, "path": MODEL_CATALOG_KEY}],
-                },
-            }
-        )
-        catalog_env = _env("CORRAL_MODEL_CATALOG", f"{MODEL_CATALOG_DIR}/{MODEL_CATALOG_KEY}")
-        catalog_mount = _mount("model-catalog", MODEL_CATALOG_DIR, read_only=True)
-        harness_env.append(catalog_env)
-        custodian_env.append(dict(catalog_env))
-        harness_mounts.append(catalog_mount)
-        custodian_mounts.append(dict(catalog_mount))
+def _pod_spec(
+    agent: Agent,
+    settings: OperatorSettings,
+    init_containers: list[dict[str, Any]],
+    containers: list[dict[str, Any]],
+    volumes: list[dict[str, Any]],
+) -> dict[str, Any]:
+    """The pod-wide settings around its containers: no automounted token, no service links."""
     pod_spec: dict[str, Any] = {
         "serviceAccountName": settings.sandbox_service_account,
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "restartPolicy": "Always",
         "securityContext": _pod_security_context(settings),
-        "initContainers": [install_exec, checkout],
-        "containers": [harness, tools, custodian],
+        "initContainers": init_containers,
+        "containers": containers,
         "volumes": volumes,
         "terminationGracePeriodSeconds": 10,
     }
     if agent.spec.sandbox.runtime_class_name:
         pod_spec["runtimeClassName"] = agent.spec.sandbox.runtime_class_name
-    return {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": naming.pod_name(name),
-            "namespace": namespace,
-            "labels": sandbox_labels(session),
-            "ownerReferences": [owner_reference("Session", name, uid)],
-        },
-        "spec": pod_spec,
-    }
+    return pod_spec
 
 
 def build_sandbox(

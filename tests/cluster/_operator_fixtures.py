@@ -70,6 +70,11 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 30.0) ->
 
 
 def get_json(cp: ControlPlane, *args: str) -> dict[str, Any] | None:
+    """`kubectl get ARGS -o json`, None when it fails. The common `KIND NAME -n NS` is read
+    straight from the API server (`ControlPlane.get_object`): tests poll it many times a
+    second, and a kubectl process each time is most of a waiting test's CPU."""
+    if len(args) == 4 and args[2] == "-n" and args[0].lower() in controlplane.RESOURCES:
+        return cp.get_object(args[0], args[1], args[3])
     done = cp.kubectl("get", *args, "-o", "json", check=False)
     if done.returncode != 0:
         return None
@@ -93,7 +98,7 @@ class ScriptedModelHandle:
 
 @pytest.fixture(scope="session")
 def scripted_model() -> Iterator[ScriptedModelHandle]:
-    from corral_harness.scripted import free_port
+    from corral_dev.ports import free_port
 
     port = free_port()
     script = Path(tempfile.mkdtemp(prefix="corral-model-")) / "script.yaml"
@@ -218,15 +223,9 @@ class OperatorHandle:
         )
 
     def events(self, name: str) -> list[dict[str, Any]]:
-        found = get_json(
-            self.cp,
-            "events",
-            "-n",
-            self.namespace,
-            "--field-selector",
-            f"involvedObject.name={name}",
+        items = self.cp.list_objects(
+            "events", self.namespace, field_selector=f"involvedObject.name={name}"
         )
-        items = (found or {}).get("items") or []
         return sorted(items, key=lambda e: e.get("metadata", {}).get("creationTimestamp", ""))
 
 

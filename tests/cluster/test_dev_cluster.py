@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral_dev.controlplane import free_port
+from corral_dev.ports import free_port
 from corral_dev.stack import process_alive, start_scripted_model, wait_serving
 
 from ._operator_fixtures import (

@@ -28,7 +28,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from corral_harness.scripted import ScriptedModel, free_port, parse_script
+from corral_dev.ports import free_port
+from corral_dev.scripted import ScriptedModel, parse_script
 
 # Short waits so the suite stays fast; the defaults are 10 s, 120 s and 300 s.
 FAST_ENV = {

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from corral_harness.scripted import ScriptedModel, serve_in_thread
+from corral_dev.scripted import ScriptedModel, serve_in_thread
 
 from ._rig import Harness, MenuStandIn, Model, new_conversation, serve
 

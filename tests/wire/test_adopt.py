@@ -30,7 +30,7 @@ from corral_api.wire import (
     CustodianBudget,
     HarnessAdoptRequest,
 )
-from corral_harness.scripted import free_port
+from corral_dev.ports import free_port
 
 from ._rig import AGENT, Harness, Model, new_conversation
 

@@ -16,9 +16,9 @@ import pytest
 import uvicorn
 
 from corral_common.approval_files import ApprovalFiles, Verdict
+from corral_dev.ports import free_port
 from corral_harness.config import HarnessConfig
 from corral_harness.default_policy import DefaultPolicy
-from corral_harness.scripted import free_port
 from corral_harness.seams import ToolCall, ToolDecision, TurnContext
 from corral_harness.server import create_app
 

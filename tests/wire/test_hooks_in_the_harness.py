@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 import uvicorn
 
+from corral_dev.ports import free_port
 from corral_harness.config import HarnessConfig
 from corral_harness.hooks import HookEvent, HookResult, Hooks, Phase, allow, deny
 from corral_harness.policy.turn_policy import CorralTurnPolicy
-from corral_harness.scripted import free_port
 from corral_harness.server import create_app
 
 from ._rig import AGENT, FAST_ENV, Harness, Model

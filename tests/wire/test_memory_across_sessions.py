@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from corral_harness.scripted import ScriptedModel, parse_script, serve_in_thread
+from corral_dev.scripted import ScriptedModel, parse_script, serve_in_thread
 from tests._postgres import Postgres, running_postgres
 from tests.unit.custodian._custodian_proc import running_custodian
 

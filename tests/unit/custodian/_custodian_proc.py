@@ -16,13 +16,9 @@ from pathlib import Path
 
 import httpx
 
+from corral_dev.ports import free_port
+
 CUSTODIAN = Path(sys.executable).parent / "corral-custodian"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass(frozen=True)

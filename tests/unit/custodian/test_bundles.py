@@ -18,9 +18,10 @@ import pytest
 from corral_api.wire import BundleAccepted, BundleBase
 from corral_custodian._bundle import BundleRefused, read_header, scan_pack, write_capped
 from corral_custodian._git import EXCERPT_LIMIT, MAX_PACKS, REASONS, classify, excerpt
+from corral_dev.ports import free_port
 
 from ._bundle_rig import BRANCH, bundle_rig
-from ._custodian_proc import free_port, git
+from ._custodian_proc import git
 
 pytestmark = pytest.mark.timeout(120)
 

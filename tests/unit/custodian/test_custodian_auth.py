@@ -14,8 +14,9 @@ import httpx
 import pytest
 
 from corral_api.wire import CustodianUsage
+from corral_dev.ports import free_port
 
-from ._custodian_proc import CUSTODIAN, free_port, running_custodian
+from ._custodian_proc import CUSTODIAN, running_custodian
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -17,7 +17,7 @@ import anthropic
 import httpx
 import pytest
 
-from corral_harness.scripted import ScriptedModel, parse_script, serve_in_thread
+from corral_dev.scripted import ScriptedModel, parse_script, serve_in_thread
 
 from ._bundle_rig import send_head
 from ._custodian_proc import Custodian, git, git_daemon, running_custodian

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from corral_harness.scripted import ScriptedModel, parse_script, serve_in_thread
+from corral_dev.scripted import ScriptedModel, parse_script, serve_in_thread
 
 from ._custodian_proc import Custodian, running_custodian
 

@@ -33,7 +33,7 @@ from corral_custodian._hooks import HookProblem, hook_headers
 from corral_custodian._kube import KubeClient, KubeError
 from corral_custodian._secrets import RedactResponses, SecretRegistry
 from corral_custodian.settings import KubeSettings, from_env, register_credentials
-from corral_harness.scripted import ScriptedModel, parse_script, serve_in_thread
+from corral_dev.scripted import ScriptedModel, parse_script, serve_in_thread
 
 from ._custodian_proc import CUSTODIAN, running_custodian
 

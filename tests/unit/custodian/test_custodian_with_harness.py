@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from corral_harness.scripted import ScriptedModel, parse_script, serve_in_thread
+from corral_dev.scripted import ScriptedModel, parse_script, serve_in_thread
 from tests.wire._rig import Harness, new_conversation
 
 from ._custodian_proc import git_daemon, running_custodian

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from corral_api.wire import CustodianDelivery
-from corral_harness.scripted import ScriptedModel, parse_script, serve_in_thread
+from corral_dev.scripted import ScriptedModel, parse_script, serve_in_thread
 from tests.wire._rig import Harness, new_conversation
 
 from ._custodian_proc import Custodian, git, git_daemon, running_custodian

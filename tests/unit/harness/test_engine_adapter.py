@@ -15,6 +15,7 @@ import pytest
 from anthropic._constants import ANTHROPIC_API_VERSION
 
 from corral_common.catalog import resolve_model
+from corral_dev.scripted import RunningServer, ScriptedModel, parse_script, serve_in_thread
 from corral_harness.engine._loop import EngineSettings, StreamingEngine
 from corral_harness.engine.anthropic_engine import AnthropicEngine
 from corral_harness.engine.lean_engine import LeanEngine
@@ -29,7 +30,6 @@ from corral_harness.engine.seam import (
     ToolGate,
 )
 from corral_harness.paths import GrantedRoot
-from corral_harness.scripted import RunningServer, ScriptedModel, parse_script, serve_in_thread
 from corral_harness.seams import ToolCall
 from corral_harness.tools import WorkingTools
 

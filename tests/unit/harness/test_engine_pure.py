@@ -13,10 +13,10 @@ from corral_common.catalog import (
     resolve_model,
     thinking_param,
 )
+from corral_dev.scripted import ScriptError, parse_script
 from corral_harness.engine.messages import for_provider
 from corral_harness.engine.schema import check_arguments
 from corral_harness.engine.seam import DID_NOT_RUN
-from corral_harness.scripted import ScriptError, parse_script
 from corral_harness.tools import SPECS
 
 
@@ -92,9 +92,7 @@ def test_catalog_limits_prices_and_thinking() -> None:
         )
         == 3 + 15 + 0.3 + 3.75
     )
-    assert (
-        cost_usd(resolve_model("corral-scripted"), input=9, output=9) == 0
-    )
+    assert cost_usd(resolve_model("corral-scripted"), input=9, output=9) == 0
 
 
 def test_script_format() -> None:

@@ -10,10 +10,10 @@ import asyncio
 
 import pytest
 
+from corral_dev.scripted import RunningServer
 from corral_harness.engine import lean_engine
 from corral_harness.engine._loop import EngineSettings, StreamingEngine
 from corral_harness.engine.lean_engine import LeanEngine, _direct_client
-from corral_harness.scripted import RunningServer
 
 from . import test_engine_adapter as conformance
 from .test_engine_adapter import scripted  # noqa: F401  (the module's model server)

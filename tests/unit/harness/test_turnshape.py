@@ -179,7 +179,7 @@ def test_the_plan_tools_refuse_a_bad_plan_and_leave_it_unchanged() -> None:
 
 
 def test_the_scripted_model_plays_the_classifier_and_the_planner() -> None:
-    from corral_harness.scripted import ScriptError, parse_script
+    from corral_dev.scripted import ScriptError, parse_script
 
     script = parse_script(
         [

@@ -6,7 +6,6 @@ counted, gauges show every phase, a Session's first admission is timed once."""
 
 from __future__ import annotations
 
-import socket
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,6 +13,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from corral_dev.ports import free_port
 from corral_operator.metrics import PHASES, OperatorMetrics, parse_address
 
 
@@ -113,17 +113,11 @@ def test_settlements_count_by_status_and_only_the_first_admission_is_timed_from_
     assert waited is not None and 2.5 < waited < 60
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def test_metrics_are_served_over_http_and_the_server_stops() -> None:
     m = OperatorMetrics()
     m.session_seen("a", "one", _session("Running", cost=1.5), new=True)
     m.reconcile_seconds.labels("Session").observe(0.004)
-    port = _free_port()
+    port = free_port()
     m.serve(f"127.0.0.1:{port}")
     try:
         answer = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)

@@ -1,6 +1,6 @@
 """The scripted model: an Anthropic-compatible Messages API server that replays a script.
 
-Run it with `python -m corral_harness.scripted --port N --script FILE`, or in a test process
+Run it with `python -m corral_dev.scripted --port N --script FILE`, or in a test process
 with `serve_in_thread(ScriptedModel(script))`. It answers `POST /v1/messages` (streaming and
 not), tells conversations apart by `metadata.user_id` (the harness sends the conversation id),
 and records every request: `GET /_requests[?conversation=ID]` lists them (body and a few
@@ -8,6 +8,9 @@ headers), `DELETE /_requests` clears them. `POST /_script` loads more script at 
 format, JSON; conversations it names restart from their first reply; `?replace=1` replaces
 everything). A request whose tool_use ids lack a tool_result in the next message is refused
 with 400, as the real provider does.
+
+A tool of the devtools, in neither image: the tests, the benchmarks, `make dev-cluster` and
+`corral run` without a model key start it (the published wheel carries corral_dev).
 
 Script format (YAML or JSON)::
 
@@ -49,7 +52,7 @@ they take the reply's place in the conversation's order like any other reply.
 """
 
 from ._script import Fault, Reply, Script, ScriptError, load_script, parse_script
-from ._server import EXHAUSTED, RunningServer, ScriptedModel, free_port, serve_in_thread
+from ._server import EXHAUSTED, RunningServer, ScriptedModel, serve_in_thread
 
 __all__ = [
     "EXHAUSTED",
@@ -59,7 +62,6 @@ __all__ = [
     "Script",
     "ScriptError",
     "ScriptedModel",
-    "free_port",
     "load_script",
     "parse_script",
     "serve_in_thread",

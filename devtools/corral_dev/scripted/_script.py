@@ -115,6 +115,8 @@ _REPLY_KEYS = {
     "plan",
     "plan_edit",
 }
+
+
 # shorthand key -> (the harness's tool name, how the value becomes its input)
 def _as_input(value: Any) -> dict[str, Any]:
     return dict(value)

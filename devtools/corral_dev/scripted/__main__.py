@@ -1,4 +1,4 @@
-"""`python -m corral_harness.scripted --port N --script FILE`"""
+"""`python -m corral_dev.scripted --port N --script FILE`"""
 
 from __future__ import annotations
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import threading
 import time
 import uuid
@@ -18,6 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from ..ports import free_port
 from ._script import Fault, Reply, Script, ScriptError, check_holds, parse_script
 
 _TEXT_CHUNK = 24  # characters per text_delta, so a cut can land inside a text block
@@ -278,12 +278,6 @@ async def _fault_events(fault: Fault) -> AsyncIterator[bytes]:
 
 
 # ------------------------------------------------------------------------------ running it
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -8,7 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from corral_harness.scripted import (
+from corral_dev.scripted import (
     EXHAUSTED,
     RunningServer,
     ScriptedModel,

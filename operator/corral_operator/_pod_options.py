@@ -1,0 +1,151 @@
+"""The sandbox pod's optional parts: each a volume (or none) with the mounts, variables and
+checkout arguments it adds to the containers that use it, as the Agent's credentials and the
+operator's settings ask for them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from corral_api.kinds import Credentials, SecretKeyRef, SecretRef
+from corral_common.logs import LOG_FORMAT_ENV
+
+from ._pod_layout import (
+    GIT_CREDENTIALS_DIR,
+    HOOK_SECRET_DIR,
+    MEMORY_DIR,
+    MEMORY_DSN_KEY,
+    MODEL_CATALOG_DIR,
+    MODEL_CATALOG_KEY,
+    MODEL_KEY_DIR,
+    env,
+    mount,
+)
+from .settings import OperatorSettings
+
+
+@dataclass
+class PodAdditions:
+    """What the optional parts add, each list in the order the pod lists it after the parts
+    every pod has."""
+
+    volumes: list[dict[str, Any]] = field(default_factory=list)
+    harness_env: list[dict[str, Any]] = field(default_factory=list)
+    harness_mounts: list[dict[str, Any]] = field(default_factory=list)
+    custodian_env: list[dict[str, Any]] = field(default_factory=list)
+    custodian_mounts: list[dict[str, Any]] = field(default_factory=list)
+    checkout_mounts: list[dict[str, Any]] = field(default_factory=list)
+    checkout_args: list[str] = field(default_factory=list)
+
+
+def pod_additions(
+    credentials: Credentials, settings: OperatorSettings, wire_secret: str
+) -> PodAdditions:
+    """The optional parts the Agent's credentials and the settings ask for; the order of the
+    calls is the order of the variables, mounts and volumes in the pod."""
+    added = PodAdditions()
+    if credentials.model_secret_ref:
+        _add_model_key(added, credentials.model_secret_ref)
+    if credentials.git_secret_ref:
+        _add_git_credentials(added, credentials.git_secret_ref)
+    if credentials.hook_secret_ref:
+        _add_hook_secret(added, credentials.hook_secret_ref)
+    if settings.memory_dsn:
+        _add_memory(added, wire_secret)
+    if settings.log_format != "text":
+        # The harness and the custodian log as the operator does (docs/observability.md).
+        added.harness_env.append(env(LOG_FORMAT_ENV, settings.log_format))
+        added.custodian_env.append(env(LOG_FORMAT_ENV, settings.log_format))
+    if settings.otlp_endpoint:
+        # Traces of each run leave over OTLP (docs/tracing.md); unset, the SDK is not loaded.
+        added.harness_env += [
+            env("OTEL_EXPORTER_OTLP_ENDPOINT", settings.otlp_endpoint),
+            env("OTEL_SERVICE_NAME", "corral-harness"),
+        ]
+    if settings.model_catalog_configmap:
+        _add_model_catalog(added, settings.model_catalog_configmap)
+    return added
+
+
+def _add_model_key(added: PodAdditions, ref: SecretKeyRef) -> None:
+    added.volumes.append(
+        {
+            "name": "model-key",
+            "secret": {
+                "secretName": ref.name,
+                "defaultMode": 0o440,
+                "items": [{"key": ref.key, "path": "key"}],
+            },
+        }
+    )
+    added.custodian_mounts.append(mount("model-key", MODEL_KEY_DIR, read_only=True))
+    added.custodian_env.append(env("CORRAL_MODEL_KEY_FILE", f"{MODEL_KEY_DIR}/key"))
+
+
+def _add_git_credentials(added: PodAdditions, ref: SecretKeyRef) -> None:
+    # For the custodian's pushes and for the checkout's clone; never for the agent's side.
+    added.volumes.append(
+        {
+            "name": "git-credentials",
+            "secret": {
+                "secretName": ref.name,
+                "defaultMode": 0o440,
+                "items": [{"key": ref.key, "path": "credentials"}],
+            },
+        }
+    )
+    git_mount = mount("git-credentials", GIT_CREDENTIALS_DIR, read_only=True)
+    added.custodian_mounts.append(git_mount)
+    added.checkout_mounts.append(dict(git_mount))
+    added.custodian_env.append(
+        env("CORRAL_GIT_CREDENTIALS_FILE", f"{GIT_CREDENTIALS_DIR}/credentials")
+    )
+    added.checkout_args.append(f"{GIT_CREDENTIALS_DIR}/credentials")
+
+
+def _add_hook_secret(added: PodAdditions, ref: SecretRef) -> None:
+    # Every key, for the custodian alone: it adds them to http hooks' requests.
+    added.volumes.append(
+        {"name": "hook-secret", "secret": {"secretName": ref.name, "defaultMode": 0o440}}
+    )
+    added.custodian_mounts.append(mount("hook-secret", HOOK_SECRET_DIR, read_only=True))
+    added.custodian_env.append(env("CORRAL_HOOK_SECRET_DIR", HOOK_SECRET_DIR))
+
+
+def _add_memory(added: PodAdditions, wire_secret: str) -> None:
+    # Long-term memory (docs/memory.md): the DSN's one item of the Session's Secret, in the
+    # custodian only; the harness's view of that Secret lists its two keys alone.
+    added.volumes.append(
+        {
+            "name": "memory",
+            "secret": {
+                "secretName": wire_secret,
+                "defaultMode": 0o440,
+                "items": [{"key": MEMORY_DSN_KEY, "path": "dsn"}],
+            },
+        }
+    )
+    added.custodian_mounts.append(mount("memory", MEMORY_DIR, read_only=True))
+    added.custodian_env.append(env("CORRAL_MEMORY_DSN_FILE", f"{MEMORY_DIR}/dsn"))
+
+
+def _add_model_catalog(added: PodAdditions, configmap: str) -> None:
+    # The platform's catalog overlay: the harness resolves models and the custodian
+    # allowlists and clamps them from the same file (docs/model-catalog.md).
+    added.volumes.append(
+        {
+            "name": "model-catalog",
+            "configMap": {
+                "name": configmap,
+                "defaultMode": 0o444,
+                "items": [{"key": MODEL_CATALOG_KEY, "path": MODEL_CATALOG_KEY}],
+            },
+        }
+    )
+    catalog_env = env("CORRAL_MODEL_CATALOG", f"{MODEL_CATALOG_DIR}/{MODEL_CATALOG_KEY}")
+    catalog_mount = mount("model-catalog", MODEL_CATALOG_DIR, read_only=True)
+    added.harness_env.append(catalog_env)
+    added.custodian_env.append(dict(catalog_env))
+    added.harness_mounts.append(catalog_mount)
+    added.custodian_mounts.append(dict(catalog_mount))

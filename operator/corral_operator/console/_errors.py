@@ -1,0 +1,31 @@
+"""How the console answers a refusal or a cluster error: an error page for people (or the
+sign-in page when they have not signed in), `{error, reason}` for the JSON API."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI, Request
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+
+from ..kube import KubeError
+from . import pages
+from ._context import ConsoleContext, wants_html
+from .access import Refused
+
+
+def register_error_handlers(app: FastAPI, ctx: ConsoleContext) -> None:
+    @app.exception_handler(Refused)
+    async def _refused(request: Request, exc: Refused) -> Response:
+        if exc.status == 401 and wants_html(request) and ctx.access.needs_login:
+            return RedirectResponse("/login", status_code=303)
+        body = {"error": exc.error, "reason": exc.reason}
+        if wants_html(request):
+            return HTMLResponse(pages.error_page(exc.status, exc.error, exc.reason), exc.status)
+        return JSONResponse(body, exc.status)
+
+    @app.exception_handler(KubeError)
+    async def _kube(request: Request, exc: KubeError) -> Response:
+        status = exc.status if exc.status in (403, 404) else 503
+        error = {403: "forbidden", 404: "not_found"}.get(status, "cluster_unavailable")
+        if wants_html(request):
+            return HTMLResponse(pages.error_page(status, error, exc.reason), status)
+        return JSONResponse({"error": error, "reason": exc.reason}, status)
