@@ -1,12 +1,18 @@
 """The test-side client of the scripted model server (corral_dev.scripted): load a script,
-read what it received, and the tool results the agent saw. Shared by the cluster, attack and
-node tiers."""
+read what it received, and the tool results the agent saw (over HTTP: the cluster, attack and
+node tiers); and a server in the test's own process (ScriptedServer: the unit and wire tiers,
+through the `scripted` fixture of tests/_fixtures.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
+
+from corral_dev.scripted import Script, ScriptedModel, parse_script, serve_in_thread
 
 
 def load_script(model_url: str, script: dict[str, Any]) -> None:
@@ -31,3 +37,36 @@ def tool_results(requests: list[dict[str, Any]]) -> list[str]:
                     content = "".join(str(c.get("text", "")) for c in content)
                 out.append(str(content))
     return out
+
+
+@dataclass(frozen=True)
+class ScriptedServer:
+    """The scripted model served on loopback from this process: its address, the model behind
+    it, and what it received."""
+
+    url: str
+    model: ScriptedModel
+
+    def load(self, script: dict[str, Any]) -> None:
+        """Add `script`'s conversations (and its default) to what the model replies."""
+        self.model.set_script(parse_script(script))
+
+    def requests(self, conversation: str | None = None) -> list[dict[str, Any]]:
+        """The requests the model received, in order: all of them, or one conversation's."""
+        found = self.model.requests
+        return [r for r in found if conversation is None or r["conversation"] == conversation]
+
+    def reset(self) -> None:
+        """As a new model: no script, no replies given, no requests."""
+        self.model.set_script(Script(), merge=False)
+        self.model.requests.clear()
+
+
+@contextmanager
+def serving_scripted() -> Iterator[ScriptedServer]:
+    """A scripted model server on a free loopback port, stopped on exit."""
+    running = serve_in_thread(ScriptedModel())
+    try:
+        yield ScriptedServer(running.url, running.model)
+    finally:
+        running.stop()

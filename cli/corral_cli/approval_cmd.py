@@ -20,6 +20,8 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from corral_api.decisions import decision_status
+
 from ._cluster import (
     EXIT_ERROR,
     EXIT_OK,
@@ -32,18 +34,6 @@ from ._cluster import (
 )
 
 DECISIONS = {"approve": "Approved", "deny": "Denied"}
-
-
-def decision_status(verdict: str, user: str, reason: str, now: datetime) -> dict[str, Any]:
-    """The status a person writes: the decision, who made it, when, and why."""
-    status: dict[str, Any] = {
-        "decision": verdict,
-        "decidedBy": user,
-        "decidedAt": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
-    if reason:
-        status["comment"] = reason
-    return status
 
 
 def describe_action(approval: dict[str, Any], width: int = 60) -> str:

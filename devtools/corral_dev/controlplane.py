@@ -80,11 +80,18 @@ class ControlPlane:
     sa_key: Path
     processes: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     _tls: ssl.SSLContext | None = field(default=None, repr=False, compare=False)
+    _minted: dict[str, tuple[tuple[str, ...], Path]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
 
     # ------------------------------------------------------------------ identities
 
     def user_kubeconfig(self, username: str, groups: list[str] | None = None) -> Path:
-        """A kubeconfig for `username` in `groups`; it can do only what RBAC grants."""
+        """A kubeconfig for `username` in `groups`; it can do only what RBAC grants. The same
+        identity asked for again is the one minted before (each test's operator asks)."""
+        minted = self._minted.get(username)
+        if minted is not None and minted[0] == tuple(groups or ()) and minted[1].exists():
+            return minted[1]
         pki = self.state_dir / "pki"
         safe = "".join(c if c.isalnum() else "-" for c in username)
         key, csr, crt = (pki / f"user-{safe}.{ext}" for ext in ("key", "csr", "crt"))
@@ -117,6 +124,7 @@ class ControlPlane:
         path = self.state_dir / f"kubeconfig-{safe}"
         path.write_text(_kubeconfig(self.server, self.ca_file, crt, key, username))
         path.chmod(0o600)
+        self._minted[username] = (tuple(groups or ()), path)
         return path
 
     # ------------------------------------------------------------------ reads
@@ -324,12 +332,40 @@ rules:
 """
 
 
+# The controllers a cluster of Corral's objects, pods on a node and nothing else needs: default
+# ServiceAccounts and their tokens, kube-root-ca.crt, owner-reference cascades, namespace
+# deletion, aggregated ClusterRoles. Every other controller (Deployments, Jobs, endpoints,
+# quotas...) watches pods for nothing and costs the API server CPU on every pod update.
+SESSION_CONTROLLERS = ",".join(
+    f"{name}-controller"
+    for name in (
+        "serviceaccount",
+        "serviceaccount-token",
+        "root-ca-certificate-publisher",
+        "garbage-collector",
+        "namespace",
+        "clusterrole-aggregation",
+    )
+)
+ALL_CONTROLLERS = (
+    "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,"
+    "-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,"
+    "-persistentvolume-expander,-ephemeral-volume,-pvc-protection,-pv-protection"
+)
+
+
 def start(
-    state_dir: Path, *, controller_manager: bool = True, audit_log: Path | None = None
+    state_dir: Path,
+    *,
+    controller_manager: bool = True,
+    audit_log: Path | None = None,
+    controllers: str = ALL_CONTROLLERS,
 ) -> ControlPlane:
     """Start etcd, kube-apiserver and (optionally) kube-controller-manager under `state_dir`.
 
-    `audit_log`: where the API server writes its audit log (JSON lines), when given."""
+    `audit_log`: where the API server writes its audit log (JSON lines), when given.
+    `controllers`: the controller manager's `--controllers` (SESSION_CONTROLLERS for a plane
+    that runs only Corral's objects and bare pods)."""
     bin_dir = binaries()
     state_dir.mkdir(parents=True, exist_ok=True)
     pki = state_dir / "pki"
@@ -355,7 +391,7 @@ def start(
     try:
         _wait_apiserver_ready(plane, api, logs)
         if controller_manager:
-            _start_controller_manager(plane, spawn)
+            _start_controller_manager(plane, spawn, controllers)
     except BaseException:
         plane.stop()
         raise
@@ -491,7 +527,7 @@ def _wait_apiserver_ready(plane: ControlPlane, api: subprocess.Popen[bytes], log
     )
 
 
-def _start_controller_manager(plane: ControlPlane, spawn: _Spawner) -> None:
+def _start_controller_manager(plane: ControlPlane, spawn: _Spawner, controllers: str) -> None:
     pki = plane.state_dir / "pki"
     kcm_config = plane.user_kubeconfig("system:kube-controller-manager")
     spawn(
@@ -514,9 +550,7 @@ def _start_controller_manager(plane: ControlPlane, spawn: _Spawner) -> None:
             "--secure-port",
             str(free_port()),
             "--controllers",
-            "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,"
-            "-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,"
-            "-persistentvolume-expander,-ephemeral-volume,-pvc-protection,-pv-protection",
+            controllers,
             "--v",
             "1",
         ],

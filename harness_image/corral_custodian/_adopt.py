@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral_api.wire import AdoptResponse, CustodianAdoptRequest
+from corral_common.asgi import bearer_token, no_receive
 
 from ._app import Custodian, create_app, create_operator_app
 from ._secrets import redact
@@ -45,19 +46,7 @@ Listen = Callable[[list[tuple[ASGIApp, str, int]]], Awaitable[None]]
 
 
 async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
-    await JSONResponse(body, status_code=status)({"type": "http"}, _no_receive, send)
-
-
-async def _no_receive() -> Any:
-    return {"type": "http.disconnect"}
-
-
-def _bearer(scope: Scope) -> bytes:
-    for name, value in scope.get("headers") or ():
-        if name.lower() == b"authorization":
-            scheme, _, token = bytes(value).partition(b" ")
-            return token.strip() if scheme.lower() == b"bearer" else b""
-    return b""
+    await JSONResponse(body, status_code=status)({"type": "http"}, no_receive, send)
 
 
 def adopted_env(
@@ -140,7 +129,7 @@ class PooledCustodian:
         os.replace(tmp, self._dir / RECORD)
 
     async def adopt(self, scope: Scope, receive: Receive, send: Send) -> None:
-        given = hashlib.sha256(_bearer(scope)).hexdigest().encode()
+        given = hashlib.sha256(bearer_token(scope)).hexdigest().encode()
         if not hmac.compare_digest(given, self._key):
             client = scope.get("client") or ("?", 0)
             log.warning("refused an adopt from %s: not the pod's key", client[0])

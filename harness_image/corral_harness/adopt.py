@@ -37,6 +37,7 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral_api.wire import AdoptResponse, HarnessAdoptRequest
+from corral_common.asgi import bearer_token, no_receive
 from corral_common.checkout import checkout_argv
 
 from .config import HarnessConfig
@@ -58,11 +59,7 @@ def key_digest(key: str) -> str:
 
 
 async def _answer(send: Send, status: int, body: dict[str, Any]) -> None:
-    await JSONResponse(body, status_code=status)({"type": "http"}, _no_receive, send)
-
-
-async def _no_receive() -> Any:  # JSONResponse never reads the request
-    return {"type": "http.disconnect"}
+    await JSONResponse(body, status_code=status)({"type": "http"}, no_receive, send)
 
 
 async def _read_body(receive: Receive) -> bytes | None:
@@ -76,14 +73,6 @@ async def _read_body(receive: Receive) -> bytes | None:
             return None
         if not message.get("more_body"):
             return bytes(body)
-
-
-def _bearer(scope: Scope) -> bytes:
-    for name, value in scope.get("headers") or ():
-        if name.lower() == b"authorization":
-            scheme, _, token = bytes(value).partition(b" ")
-            return token.strip() if scheme.lower() == b"bearer" else b""
-    return b""
 
 
 class PoolGate:
@@ -138,9 +127,7 @@ class PoolGate:
                     return
                 # Load the engine now, while nothing waits, so an adopted turn does not; the
                 # pod is ready (adoptable) once it is loaded.
-                self._preloaded = asyncio.get_running_loop().run_in_executor(
-                    None, _preload_engine
-                )
+                self._preloaded = asyncio.get_running_loop().run_in_executor(None, _preload_engine)
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 await self._stack.aclose()
@@ -163,7 +150,7 @@ class PoolGate:
     # --------------------------------------------------------------------------- adopt
 
     async def _adopt(self, scope: Scope, receive: Receive, send: Send) -> None:
-        given = hashlib.sha256(_bearer(scope)).hexdigest().encode()
+        given = hashlib.sha256(bearer_token(scope)).hexdigest().encode()
         if not hmac.compare_digest(given, self._key):
             client = scope.get("client") or ("?", 0)
             log.warning("refused an adopt from %s: not the pod's key", client[0])

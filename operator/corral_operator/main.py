@@ -14,10 +14,11 @@ import kopf
 
 from corral_common import logs
 
-from . import collector, handlers
+from . import handlers
 from .archive.configure import archive_store
-from .archive.server import start_archive_reader
-from .diffbase import (
+from .archive.server import RunningReader, start_archive_reader
+from .kopfext import collector
+from .kopfext.diffbase import (
     LeanAnnotationsDiffBaseStorage,
     LeanAnnotationsProgressStorage,
     essence_needed,
@@ -25,6 +26,7 @@ from .diffbase import (
 from .kube import Kube
 from .metrics import parse_address
 from .runtime import Runtime
+from .session.wiretoken import read_wire_token
 from .settings import EgressTarget, OperatorSettings
 
 _SETTINGS = OperatorSettings()
@@ -386,9 +388,29 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None
     memo.runtime.metrics.write_slots = kube.write_slots
     memo.runtime.archive = archive_store(_SETTINGS)
     if _ARCHIVE_LISTEN is not None:
-        memo.archive_reader = await start_archive_reader(memo.runtime, *_ARCHIVE_LISTEN)
+        memo.archive_reader = await _start_archive_reader(memo.runtime, *_ARCHIVE_LISTEN)
     if _METRICS_ADDR:
         memo.runtime.metrics.serve(_METRICS_ADDR)
+
+
+async def _start_archive_reader(runtime: Runtime, host: str, port: int) -> RunningReader:
+    """The archive reader for this operator's Sessions; a live transcript is read with the
+    wire token in the Session's own Secret."""
+    kube = runtime.kube
+
+    async def token(namespace: str, name: str, uid: str) -> str:
+        return await read_wire_token(kube, namespace, name, uid)
+
+    return await start_archive_reader(
+        kube,
+        runtime.archive,
+        host,
+        port,
+        harness_port=runtime.settings.harness_port,
+        read_token=token,
+        transport=runtime.wire_transport,
+        max_history_bytes=runtime.settings.max_history_bytes,
+    )
 
 
 @kopf.on.login()
@@ -428,6 +450,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     assert handlers  # importing the package registered every handler
     if args.console_addr:
+        # Imported only when served: without a console, its web stack is never loaded.
         from .console.serve import start_in_operator
 
         start_in_operator(

@@ -25,7 +25,7 @@ from prometheus_client.registry import Collector
 
 from corral_api.kinds import SessionPhase, Usage
 
-from .collector import PAUSES
+from .kopfext.collector import PAUSES
 
 PHASES: tuple[str, ...] = get_args(SessionPhase)
 # Reconcile passes take milliseconds; a pass that reads many children or Freezes, seconds.

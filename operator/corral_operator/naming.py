@@ -14,6 +14,13 @@ LABEL_GOAL = "corral.dev/goal"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 MANAGED_BY = "corral-operator"
+# A warm pool's pods: the Agent one was started for (kept after adoption), their component
+# until adopted, and the digest of what they were built from (docs/warm-pool.md).
+LABEL_POOL = "corral.dev/pool"
+COMPONENT_POOL = "pool"
+ANNOTATION_DIGEST = "corral.dev/agent-digest"
+# The Evidence check pod's container that runs the check (its termination says the verdict).
+CHECK_CONTAINER = "check"
 
 # Kubernetes object names are at most 253 characters, label values and pod hostnames 63: a
 # Session name is a DNS subdomain, so derived names are shortened with a stable hash suffix.

@@ -28,7 +28,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def control_plane() -> Iterator[controlplane.ControlPlane]:
     state = Path(tempfile.mkdtemp(prefix="corral-cp-"))
-    plane = controlplane.start(state)
+    plane = controlplane.start(state, controllers=controlplane.SESSION_CONTROLLERS)
     try:
         controlplane.install_crds(plane)
         yield plane

@@ -24,6 +24,7 @@ from corral_api.digest import check_definition_digest
 from corral_api.labels import evidence_labels
 from corral_custodian._digest import action_digest, canonical_json
 from corral_dev.controlplane import API_AUDIENCE, REPO_ROOT, ControlPlane
+from tests._objects import evidence
 from tests.unit.custodian._bundle_rig import send_head
 from tests.unit.custodian._custodian_proc import Custodian, git_daemon, running_custodian
 
@@ -293,22 +294,17 @@ def repos(tmp_path: Path) -> Iterator[tuple[Path, Path, str]]:
 def evidence_doc(
     ns: str, name: str, revision: str, repo: str, command: str, digest_command: str
 ) -> dict[str, Any]:
-    return {
-        "apiVersion": "corral.dev/v1alpha1",
-        "kind": "Evidence",
-        "metadata": {
-            "name": name,
-            "namespace": ns,
-            "labels": evidence_labels("unit", revision, repo),
-        },
-        "spec": {
-            "repo": repo,
-            "revision": revision,
-            "check": "unit",
-            "command": command,
-            "definitionDigest": check_definition_digest(digest_command, None),
-        },
-    }
+    """The `unit` check's Evidence as the operator labels it; its definition digest is that of
+    `digest_command`."""
+    return evidence(
+        name,
+        namespace=ns,
+        labels=evidence_labels("unit", revision, repo),
+        repo=repo,
+        revision=revision,
+        command=command,
+        digest=check_definition_digest(digest_command, None),
+    )
 
 
 def test_land_needs_an_approval_of_this_exact_call_by_this_session_and_pass_evidence(

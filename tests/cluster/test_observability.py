@@ -24,8 +24,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from corral_api.digest import action_digest, canonical_json
 from corral_dev import controlplane, stack
+from tests._objects import approval
 
 from ._operator_fixtures import (
     OperatorHandle,
@@ -100,25 +100,6 @@ def _head(repo: Path) -> str:
     return subprocess.run(
         ["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
     ).stdout.strip()
-
-
-def _land_approval(name: str, session: str, uid: str, revision: str) -> dict[str, Any]:
-    """A pending `land` Approval as the custodian writes one."""
-    arguments = {"revision": revision, "target": "main"}
-    return {
-        "apiVersion": "corral.dev/v1alpha1",
-        "kind": "Approval",
-        "metadata": {"name": name},
-        "spec": {
-            "sessionRef": {"name": session, "uid": uid},
-            "action": {
-                "tool": "land",
-                "arguments": canonical_json(arguments),
-                "digest": action_digest("land", arguments),
-            },
-            "reason": f"land {revision} on main",
-        },
-    }
 
 
 def _json_lines(text: str) -> list[dict[str, Any]]:
@@ -196,7 +177,10 @@ def test_metrics_events_and_json_logs_tell_a_sessions_story(
 
     # ---- a landing Approval: the operator runs the check; its verdict reaches the Session.
     uid = operator.get("session", name)["metadata"]["uid"]  # type: ignore[index]
-    operator.apply(_land_approval(f"{name}-land", name, uid, _head(git_repo)))
+    revision = _head(git_repo)
+    operator.apply(
+        approval(f"{name}-land", name, uid, revision=revision, reason=f"land {revision} on main")
+    )
 
     def reasons() -> list[str]:
         return [e["reason"] for e in operator.events(name)]

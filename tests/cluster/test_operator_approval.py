@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+from tests._objects import approval
+
 from .._scripted import tool_results
 from ._operator_fixtures import (
     OperatorHandle,
@@ -24,15 +26,8 @@ pytestmark = pytest.mark.timeout(180)
 
 
 def _approval(name: str, session: str, uid: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "corral.dev/v1alpha1",
-        "kind": "Approval",
-        "metadata": {"name": name},
-        "spec": {
-            "sessionRef": {"name": session, "uid": uid},
-            "action": {"tool": "land", "arguments": "{}", "digest": "sha256:" + "a" * 64},
-        },
-    }
+    """An Approval of a land call (its digest a placeholder: nothing here decides it)."""
+    return approval(name, session, uid, arguments={}, digest="sha256:" + "a" * 64)
 
 
 def _event_reasons(op: OperatorHandle, name: str) -> list[str]:
@@ -51,8 +46,8 @@ def test_an_approval_is_announced_and_checked_against_its_session_but_never_deci
     operator.apply(_approval("good", name, uid), _approval("forged", name, "not-its-uid"))
     wait_for("the request event", lambda: "ApprovalRequested" in _event_reasons(operator, "good"))
     wait_for("the mismatch event", lambda: "SessionMismatch" in _event_reasons(operator, "forged"))
-    for approval in ("good", "forged"):
-        body = operator.get("approval", approval) or {}
+    for asked in ("good", "forged"):
+        body = operator.get("approval", asked) or {}
         assert "status" not in body or body["status"].get("decision") in (None, "Pending")
 
 

@@ -11,10 +11,11 @@ from typing import Any
 
 import pytest
 
-from corral_api.digest import action_digest, canonical_json, check_definition_digest
+from corral_api.digest import check_definition_digest
 from corral_api.evidence import verdict_for
 from corral_api.labels import EVIDENCE_SESSION, evidence_labels, evidence_selector
 from corral_operator import naming
+from tests._objects import approval, evidence
 
 from ._operator_fixtures import (
     OperatorHandle,
@@ -25,15 +26,6 @@ from ._operator_fixtures import (
 )
 
 pytestmark = pytest.mark.timeout(150)
-
-
-def _evidence(name: str, repo: Path, revision: str, command: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "corral.dev/v1alpha1",
-        "kind": "Evidence",
-        "metadata": {"name": name},
-        "spec": {"repo": str(repo), "revision": revision, "check": "unit", "command": command},
-    }
 
 
 def _verdict(op: OperatorHandle, name: str) -> dict[str, Any] | None:
@@ -74,7 +66,8 @@ def test_evidence_runs_its_check_at_the_revision_and_records_the_verdict(
         check=True,
     )
     name = f"{operator.namespace}-ev"
-    operator.apply(_evidence(name, git_repo, first, command.replace("REV", first)))
+    at_first = command.replace("REV", first)
+    operator.apply(evidence(name, repo=str(git_repo), revision=first, command=at_first))
 
     status = wait_for(f"the verdict of {name}", lambda: _verdict(operator, name), 90)
     assert status["verdict"] == verdict, status
@@ -90,7 +83,7 @@ def test_evidence_at_a_revision_that_does_not_exist_is_an_error(
     operator: OperatorHandle, git_repo: Path
 ) -> None:
     name = f"{operator.namespace}-ev-missing"
-    operator.apply(_evidence(name, git_repo, "0" * 40, "true"))
+    operator.apply(evidence(name, repo=str(git_repo), revision="0" * 40, command="true"))
     status = wait_for(f"the verdict of {name}", lambda: _verdict(operator, name), 90)
     assert status["verdict"] == "Error"
 
@@ -99,25 +92,6 @@ def _head(repo: Path) -> str:
     return subprocess.run(
         ["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True, text=True
     ).stdout.strip()
-
-
-def _land_approval(name: str, session: str, uid: str, revision: str) -> dict[str, Any]:
-    """A pending Approval exactly as the custodian writes one for `land`."""
-    arguments = {"revision": revision, "target": "main"}
-    return {
-        "apiVersion": "corral.dev/v1alpha1",
-        "kind": "Approval",
-        "metadata": {"name": name},
-        "spec": {
-            "sessionRef": {"name": session, "uid": uid},
-            "action": {
-                "tool": "land",
-                "arguments": canonical_json(arguments),
-                "digest": action_digest("land", arguments),
-            },
-            "reason": f"land {revision} on main",
-        },
-    }
 
 
 def _evidences(op: OperatorHandle, selector: str | None = None) -> list[dict[str, Any]]:
@@ -143,7 +117,9 @@ def test_a_land_approval_makes_the_operator_create_the_evidence_once(
     repo, digest = str(git_repo), check_definition_digest(command, None)
     selector = evidence_selector("unit", revision, repo)
 
-    operator.apply(_land_approval("land-1", name, uid, revision))
+    operator.apply(
+        approval("land-1", name, uid, revision=revision, reason=f"land {revision} on main")
+    )
     (evidence,) = wait_for("the Evidence", lambda: _evidences(operator, selector), 30)
 
     meta, spec = evidence["metadata"], evidence["spec"]
@@ -181,7 +157,9 @@ def test_a_land_approval_makes_the_operator_create_the_evidence_once(
     assert verdict_for([done], "unit", revision, repo, digest) == "Pass"
 
     # A second Approval for the same revision, and the operator's own re-listing: no second one.
-    operator.apply(_land_approval("land-2", name, uid, revision))
+    operator.apply(
+        approval("land-2", name, uid, revision=revision, reason=f"land {revision} on main")
+    )
     wait_for(
         "the second approval to be seen",
         lambda: "ApprovalRequested" in [e["reason"] for e in operator.events("land-2")],

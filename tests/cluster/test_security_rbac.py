@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from corral_dev.controlplane import ControlPlane
+from tests._objects import approval, evidence
 
 from ._operator_fixtures import (
     OPERATOR_NAMESPACE,
@@ -197,16 +198,15 @@ def test_the_sandbox_identity_asks_but_never_decides(
 
 
 def _approval(name: str, session_uid: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "corral.dev/v1alpha1",
-        "kind": "Approval",
-        "metadata": {"name": name},
-        "spec": {
-            "sessionRef": {"name": "some-session", "uid": session_uid},
-            "action": {"tool": "land", "arguments": "{}", "digest": "sha256:" + "0" * 64},
-            "reason": "land asks a human",
-        },
-    }
+    """An Approval as the sandbox may ask for one (its digest a placeholder)."""
+    return approval(
+        name,
+        "some-session",
+        session_uid,
+        arguments={},
+        digest="sha256:" + "0" * 64,
+        reason="land asks a human",
+    )
 
 
 def _as(cp: ControlPlane, kubeconfig: Path, *args: str, doc: dict[str, Any] | None = None) -> Any:
@@ -243,10 +243,10 @@ def test_the_sandbox_identity_really_creates_but_cannot_decide_read_secrets_or_c
         decision,
     )
     assert decided.returncode != 0 and "forbidden" in decided.stderr.lower()
-    approval = json.loads(
+    stored = json.loads(
         control_plane.kubectl("get", "approval", "a1", "-n", ns, "-o", "json").stdout
     )
-    assert (approval.get("status") or {}).get("decision") in (None, "Pending")
+    assert (stored.get("status") or {}).get("decision") in (None, "Pending")
 
     secret = _as(control_plane, sandbox, "get", "secret", "model-key", "-n", ns)
     assert secret.returncode != 0 and "forbidden" in secret.stderr.lower()
@@ -268,17 +268,12 @@ def test_the_sandbox_identity_really_creates_but_cannot_decide_read_secrets_or_c
 
 
 def _evidence(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "corral.dev/v1alpha1",
-        "kind": "Evidence",
-        "metadata": {"name": name},
-        "spec": {
-            "repo": "https://example.invalid/repo.git",
-            "revision": "0123456789abcdef0123456789abcdef01234567",
-            "check": "unit",
-            "command": "true",
-        },
-    }
+    return evidence(
+        name,
+        repo="https://example.invalid/repo.git",
+        revision="0123456789abcdef0123456789abcdef01234567",
+        command="true",
+    )
 
 
 def test_the_sandbox_identity_cannot_create_evidence(

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from corral_api.kinds import Agent, Session
-from corral_operator.podbuilder import build_sandbox
+from corral_operator.builders.podbuilder import build_sandbox
 from corral_operator.settings import OperatorSettings
 
 from ._operator_fixtures import (

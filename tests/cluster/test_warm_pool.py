@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from corral_dev.controlplane import ControlPlane
-from corral_operator.poolpod import ANNOTATION_DIGEST, LABEL_POOL
+from corral_operator.builders.poolpod import ANNOTATION_DIGEST, LABEL_POOL
 
 from ._operator_fixtures import (
     OperatorHandle,

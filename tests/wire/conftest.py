@@ -6,6 +6,7 @@ from pathlib import Path
 import pytest
 
 from corral_dev.scripted import ScriptedModel, serve_in_thread
+from tests._fixtures import postgres, scripted, scripted_server  # noqa: F401
 
 from ._rig import Harness, MenuStandIn, Model, new_conversation, serve
 

@@ -10,14 +10,12 @@ and on a real PostgreSQL server (a cluster).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from corral_dev.scripted import ScriptedModel, parse_script, serve_in_thread
-from tests._postgres import Postgres, running_postgres
+from tests._scripted import ScriptedServer
 from tests.unit.custodian._custodian_proc import running_custodian
 
 from ._rig import Harness, new_conversation
@@ -33,12 +31,6 @@ AGENT: dict[str, Any] = {
 FACT = "The release train leaves on Thursdays at 14:00 UTC."
 
 
-@pytest.fixture(scope="module")
-def postgres() -> Iterator[Postgres]:
-    with running_postgres() as server:
-        yield server
-
-
 @pytest.fixture(params=["sqlite", "postgres"])
 def store_env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     if request.param == "sqlite":
@@ -46,16 +38,6 @@ def store_env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     dsn_file = tmp_path / "memory-dsn"
     dsn_file.write_text(request.getfixturevalue("postgres").dsn)
     return {"CORRAL_MEMORY_DSN_FILE": str(dsn_file)}
-
-
-@pytest.fixture
-def scripted() -> Iterator[tuple[ScriptedModel, str]]:
-    model = ScriptedModel()
-    server = serve_in_thread(model)
-    try:
-        yield model, server.url
-    finally:
-        server.stop()
 
 
 def run_session(
@@ -98,27 +80,25 @@ def run_session(
 
 
 def test_a_fact_written_in_one_session_is_recalled_by_the_next(
-    tmp_path: Path, scripted: tuple[ScriptedModel, str], store_env: dict[str, str]
+    tmp_path: Path, scripted: ScriptedServer, store_env: dict[str, str]
 ) -> None:
-    model, upstream = scripted
+    upstream = scripted.url
     first, second = new_conversation(), new_conversation()
-    model.set_script(
-        parse_script(
-            {
-                "conversations": {
-                    first: [
-                        {
-                            "tool_use": {
-                                "name": "mcp__corral__memory_add",
-                                "input": {"subject": "release train", "text": FACT},
-                            }
-                        },
-                        {"text": "Noted for next time."},
-                    ],
-                    second: [{"text": "Thursday, 14:00 UTC."}],
-                }
+    scripted.load(
+        {
+            "conversations": {
+                first: [
+                    {
+                        "tool_use": {
+                            "name": "mcp__corral__memory_add",
+                            "input": {"subject": "release train", "text": FACT},
+                        }
+                    },
+                    {"text": "Noted for next time."},
+                ],
+                second: [{"text": "Thursday, 14:00 UTC."}],
             }
-        )
+        }
     )
     settled, events, submission = run_session(
         tmp_path, upstream, store_env, "s1", first, "Our release train leaves Thursdays 14:00."
@@ -127,14 +107,14 @@ def test_a_fact_written_in_one_session_is_recalled_by_the_next(
     ends = [e for e in events if e["type"] == "tool_end"]
     assert len(ends) == 1 and ends[0]["isError"] is False, ends
     assert '"remembered"' in str(ends[0]["result"])
-    first_tools = {t["name"] for t in model.requests[0]["body"]["tools"]}
+    first_tools = {t["name"] for t in scripted.requests()[0]["body"]["tools"]}
     assert "mcp__corral__memory_add" in first_tools
 
     settled, events, _ = run_session(
         tmp_path, upstream, store_env, "s2", second, "When does the release train leave?"
     )
     assert settled["status"] == "completed", settled
-    asked = [r["body"] for r in model.requests if r["conversation"] == second]
+    asked = [r["body"] for r in scripted.requests(second)]
     assert len(asked) == 1
     system = asked[0]["system"]
     if isinstance(system, list):  # text blocks

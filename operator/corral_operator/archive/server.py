@@ -24,7 +24,6 @@ from aiohttp import web
 
 from ..driver import AnswerTooLarge, ConversationLost, WireFault
 from ..kube import Kube, KubeError, corral_path, object_path
-from ..runtime import Runtime
 from ..wireclient import DEFAULT_MAX_ANSWER_BYTES, WireClient
 from .record import ArchivedSession
 from .store import ArchiveStore, ArchiveTooLarge
@@ -246,22 +245,26 @@ class RunningReader:
         await self.reader.aclose()
 
 
-async def start_archive_reader(runtime: Runtime, host: str, port: int) -> RunningReader:
-    """Serve the reader for this operator's Sessions at host:port."""
-    from ..sessionloop import read_wire_token  # the loop imports this package: import late
-
-    kube = runtime.kube
-
-    async def token(namespace: str, name: str, uid: str) -> str:
-        return await read_wire_token(kube, namespace, name, uid)
-
+async def start_archive_reader(
+    kube: Kube,
+    store: ArchiveStore | None,
+    host: str,
+    port: int,
+    *,
+    harness_port: int,
+    read_token: Callable[[str, str, str], Awaitable[str]],
+    transport: httpx.AsyncBaseTransport | None = None,
+    max_history_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+) -> RunningReader:
+    """Serve the reader for this operator's Sessions at host:port; `read_token` reads a
+    Session's wire token (namespace, name, uid) as the Session's loop does."""
     reader = Reader(
         kube,
-        runtime.archive,
-        harness_port=runtime.settings.harness_port,
-        read_token=token,
-        transport=runtime.wire_transport,
-        max_history_bytes=runtime.settings.max_history_bytes,
+        store,
+        harness_port=harness_port,
+        read_token=read_token,
+        transport=transport,
+        max_history_bytes=max_history_bytes,
     )
     runner = web.AppRunner(build_app(reader), access_log=None)
     await runner.setup()

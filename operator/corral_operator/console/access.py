@@ -23,6 +23,7 @@ from typing import Any, Protocol
 import httpx
 
 from corral_api import GROUP, VERSION
+from corral_api.decisions import decision_status
 
 from ..kube import MERGE_PATCH, Kube, KubeError, corral_path
 
@@ -49,18 +50,6 @@ class Person:
     extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
     # The bearer token that proved who this is (ClusterAccess only); used for their decisions.
     token: str | None = field(default=None, repr=False, compare=False)
-
-
-def decision_status(decision: str, user: str, comment: str, now: datetime) -> dict[str, Any]:
-    """The status a person writes, as `corral approve` writes it (docs/approvals.md)."""
-    status: dict[str, Any] = {
-        "decision": decision,
-        "decidedBy": user,
-        "decidedAt": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
-    }
-    if comment:
-        status["comment"] = comment
-    return status
 
 
 class Access(Protocol):

@@ -18,9 +18,9 @@ import httpx
 from .. import naming
 from ..archive.record import ArchivedSession
 from ..archive.store import ArchiveStore
+from ..builders.podbuilder import WIRE_TOKEN_KEY
 from ..kube import Kube, KubeError, corral_path, object_path
 from ..planning.session import ownership
-from ..podbuilder import WIRE_TOKEN_KEY
 from ..wireclient import DEFAULT_MAX_ANSWER_BYTES, ConversationLost, WireClient, WireFault
 
 Obj = dict[str, Any]
@@ -113,8 +113,8 @@ class Reader:
         ip = ((pod or {}).get("status") or {}).get("podIP")
         if not ip:
             raise StreamUnavailable("the sandbox pod is gone or has no address yet")
-        # The Session's own Secret only, as the operator's loop reads it (sessionloop's
-        # read_wire_token; not imported: the loop's module imports the handlers).
+        # The Session's own Secret only, as the operator's loop reads it (session.wiretoken),
+        # each failure told as the console's own answer.
         path = object_path("v1", "Secret", md["namespace"], naming.wire_secret_name(md["name"]))
         try:
             secret = await self.kube.get(path)

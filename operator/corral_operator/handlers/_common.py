@@ -15,6 +15,13 @@ def runtime(memo: Any) -> Runtime:
     return found
 
 
+def namespace_of(namespace: str | None) -> str:
+    """The namespace kopf names for an object of one of Corral's kinds (all namespaced)."""
+    if namespace is None:
+        raise RuntimeError("an object of a namespaced kind came without its namespace")
+    return namespace
+
+
 def now() -> datetime:
     return datetime.now(UTC)
 

@@ -13,17 +13,24 @@ from ..planning.agent import plan_agent
 from ..planning.patch import merge_patch
 from ..planning.session import PlannedEvent, now_text
 from ..runtime import post_event
-from ._common import now, plain, runtime
+from ._common import namespace_of, now, plain, runtime
 
 
 @kopf.on.event(GROUP, VERSION, "agents")
-async def agent_changed(**kw: Any) -> None:
-    rt = runtime(kw["memo"])
-    namespace, name = kw["namespace"], kw["name"]
-    gone = kw["type"] == "DELETED"
-    rt.agents.saw(namespace, name, None if gone else plain(kw["body"]))
+async def agent_changed(
+    type: str | None,
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    rt = runtime(memo)
+    namespace = namespace_of(namespace)
+    gone = type == "DELETED"
+    rt.agents.saw(namespace, name, None if gone else plain(body))
     if not gone:
-        current = plain(kw["body"])
+        current = plain(body)
         plan = plan_agent(current, now_text(now()))
         if plan.changed:
             patch = merge_patch(current.get("status") or {}, plan.status)

@@ -28,31 +28,41 @@ from ..planning.evidence_request import (
     wanted_for_approval,
 )
 from ..runtime import Runtime, post_event
-from ._common import plain, runtime
+from ._common import namespace_of, plain, runtime
 
 
 @kopf.on.event(GROUP, VERSION, "approvals")
-async def approval_event(**kw: Any) -> None:
+async def approval_event(
+    type: str | None,
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
     # A watch event, not kopf's on.create: that would patch kopf's annotations onto the
     # Approval, and the operator holds no write right on Approvals at all. Type None is the
     # initial listing (a restart): no second announcement, but Evidence is still ensured.
-    rt = runtime(kw["memo"])
-    if kw["namespace"]:  # the pending-approvals gauge (docs/observability.md)
-        gone = kw["type"] == "DELETED"
-        rt.metrics.approval_seen(kw["namespace"], kw["name"], None if gone else plain(kw["body"]))
-    if kw["type"] not in (None, "ADDED", "MODIFIED"):
+    rt = runtime(memo)
+    if namespace:  # the pending-approvals gauge (docs/observability.md)
+        gone = type == "DELETED"
+        rt.metrics.approval_seen(namespace, name, None if gone else plain(body))
+    if type not in (None, "ADDED", "MODIFIED"):
         return
-    body = plain(kw["body"])
-    name = str(((body.get("spec") or {}).get("sessionRef") or {}).get("name") or "")
-    session = await rt.kube.get(corral_path("Session", kw["namespace"], name)) if name else None
-    if kw["type"] == "ADDED":
-        announced = check_approval(body, session)
-        post_event(body, announced)
+    approval = plain(body)
+    session_name = str(((approval.get("spec") or {}).get("sessionRef") or {}).get("name") or "")
+    session: dict[str, Any] | None = None
+    if session_name:
+        path = corral_path("Session", namespace_of(namespace), session_name)
+        session = await rt.kube.get(path)
+    if type == "ADDED":
+        announced = check_approval(approval, session)
+        post_event(approval, announced)
         if session is not None and announced.reason == "ApprovalRequested":
-            post_event(session, requested_on_session(body))  # `kubectl describe session`
-    _announce_decision(body, session, quiet=kw["type"] is None)
-    if session is not None and landing_revision(body) is not None:
-        await _ensure_evidence(rt, body, session)
+            post_event(session, requested_on_session(approval))  # `kubectl describe session`
+    _announce_decision(approval, session, quiet=type is None)
+    if session is not None and landing_revision(approval) is not None:
+        await _ensure_evidence(rt, approval, session)
 
 
 # Approvals (by uid) whose decision this process has told their Session: a decision is final,

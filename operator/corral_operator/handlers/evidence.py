@@ -14,20 +14,26 @@ from corral_api.kinds import Evidence
 from corral_api.labels import EVIDENCE_SESSION
 
 from .. import naming
-from ..evidencepod import CHECK_CONTAINER, EvidenceSpecError, build_evidence_manifests
+from ..builders.evidencepod import CHECK_CONTAINER, EvidenceSpecError, build_evidence_manifests
 from ..kube import KubeError, corral_path, object_path
 from ..planning.evidence import plan_evidence, verdict_on_session
 from ..planning.patch import merge_patch
 from ..planning.session import PlannedEvent, now_text
 from ..runtime import Runtime, post_event
-from ._common import now, runtime
+from ._common import namespace_of, now, runtime
 
 _RECHECK = 5.0
 
 
 @kopf.daemon(GROUP, VERSION, "evidences", cancellation_timeout=5.0)
-async def evidence_daemon(**kw: Any) -> None:
-    rt, namespace, name, stopped = runtime(kw["memo"]), kw["namespace"], kw["name"], kw["stopped"]
+async def evidence_daemon(
+    name: str,
+    namespace: str | None,
+    stopped: kopf.DaemonStopped,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    rt, namespace = runtime(memo), namespace_of(namespace)
     path = corral_path("Evidence", namespace, name)
     pod_path = object_path("v1", "Pod", namespace, naming.evidence_pod_name(name))
     wake = rt.wakeup(namespace, name)
@@ -106,7 +112,9 @@ async def _log_tail(rt: Runtime, pod_path: str) -> str | None:
     "pods",
     labels={naming.LABEL_MANAGED_BY: naming.MANAGED_BY, naming.LABEL_COMPONENT: "evidence"},
 )
-def evidence_pod_changed(**kw: Any) -> None:
-    evidence = kw["labels"].get(naming.LABEL_EVIDENCE)
-    if evidence and kw["namespace"]:
-        runtime(kw["memo"]).wake(kw["namespace"], evidence)
+def evidence_pod_changed(
+    labels: kopf.Labels, namespace: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    evidence = labels.get(naming.LABEL_EVIDENCE)
+    if evidence and namespace:
+        runtime(memo).wake(namespace, evidence)

@@ -19,30 +19,37 @@ from ..planning.freeze import plan_freeze
 from ..planning.patch import merge_patch
 from ..planning.session import PlannedEvent, now_text
 from ..runtime import log, post_event
-from ._common import now, plain, runtime
+from ._common import namespace_of, now, plain, runtime
 
 
 @kopf.on.event(GROUP, VERSION, "freezes")
-async def freeze_event(**kw: Any) -> None:
-    rt, namespace = runtime(kw["memo"]), kw["namespace"]
-    gone = kw["type"] == "DELETED"
-    body = plain(kw["body"])
-    rt.freezes.saw(namespace, kw["name"], None if gone else body)
+async def freeze_event(
+    type: str | None,
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    rt, namespace = runtime(memo), namespace_of(namespace)
+    gone = type == "DELETED"
+    freeze = plain(body)
+    rt.freezes.saw(namespace, name, None if gone else freeze)
     rt.wake_namespace(namespace)
     if gone:
         return
-    plan = plan_freeze(body, now_text(now()))
+    plan = plan_freeze(freeze, now_text(now()))
     if not plan.changed:
         return
-    patch = merge_patch(body.get("status") or {}, plan.status)
+    patch = merge_patch(freeze.get("status") or {}, plan.status)
     try:
-        await rt.kube.patch_status(corral_path("Freeze", namespace, kw["name"]), patch)
+        await rt.kube.patch_status(corral_path("Freeze", namespace, name), patch)
     except KubeError as err:
         if err.status != 404:  # deleted meanwhile: nothing to say
-            log.warning("freeze %s/%s: status not written: %s", namespace, kw["name"], err)
+            log.warning("freeze %s/%s: status not written: %s", namespace, name, err)
         return
     active = next(c for c in plan.status["conditions"] if c["type"] == "Active")
     if active["status"] == "True":
-        post_event(body, PlannedEvent("Warning", active["reason"], active["message"]))
+        post_event(freeze, PlannedEvent("Warning", active["reason"], active["message"]))
     else:
-        post_event(body, PlannedEvent("Normal", active["reason"], active["message"]))
+        post_event(freeze, PlannedEvent("Normal", active["reason"], active["message"]))

@@ -23,7 +23,7 @@ from ..kube import KubeError, corral_path
 from ..planning.goal import GOAL_ANNOTATION, plan_goal
 from ..planning.patch import merge_patch
 from ..runtime import Runtime, post_event
-from ._common import now, runtime
+from ._common import namespace_of, now, runtime
 
 log = logging.getLogger("corral.operator.goal")
 
@@ -66,8 +66,14 @@ async def _one_pass(rt: Runtime, namespace: str, name: str) -> float | None:
 
 
 @kopf.daemon(GROUP, VERSION, "goals", cancellation_timeout=5.0)
-async def goal_daemon(**kw: Any) -> None:
-    rt, namespace, name, stopped = runtime(kw["memo"]), kw["namespace"], kw["name"], kw["stopped"]
+async def goal_daemon(
+    name: str,
+    namespace: str | None,
+    stopped: kopf.DaemonStopped,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    rt, namespace = runtime(memo), namespace_of(namespace)
     wake = rt.wakeup(namespace, _wake_key(name))
     failures = 0
     try:
@@ -88,22 +94,28 @@ async def goal_daemon(**kw: Any) -> None:
         rt.forget(namespace, _wake_key(name))
 
 
-def _wake_goal(kw: dict[str, Any], goal: str | None) -> None:
-    if goal and kw["namespace"]:
-        runtime(kw["memo"]).wake(kw["namespace"], naming.label_value(_wake_key(goal)))
+def _wake_goal(memo: kopf.Memo, namespace: str | None, goal: str | None) -> None:
+    if goal and namespace:
+        runtime(memo).wake(namespace, naming.label_value(_wake_key(goal)))
 
 
 @kopf.on.event(GROUP, VERSION, "goals")
-async def goal_changed(**kw: Any) -> None:
-    if kw["type"] != "DELETED":
-        _wake_goal(kw, kw["name"])
+async def goal_changed(
+    type: str | None, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    if type != "DELETED":
+        _wake_goal(memo, namespace, name)
 
 
 @kopf.on.event(GROUP, VERSION, "sessions", annotations={GOAL_ANNOTATION: kopf.PRESENT})
-async def goal_session_changed(**kw: Any) -> None:
-    _wake_goal(kw, kw["annotations"].get(GOAL_ANNOTATION))
+async def goal_session_changed(
+    annotations: kopf.Annotations, namespace: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    _wake_goal(memo, namespace, annotations.get(GOAL_ANNOTATION))
 
 
 @kopf.on.event(GROUP, VERSION, "evidences", annotations={GOAL_ANNOTATION: kopf.PRESENT})
-async def goal_evidence_changed(**kw: Any) -> None:
-    _wake_goal(kw, kw["annotations"].get(GOAL_ANNOTATION))
+async def goal_evidence_changed(
+    annotations: kopf.Annotations, namespace: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    _wake_goal(memo, namespace, annotations.get(GOAL_ANNOTATION))

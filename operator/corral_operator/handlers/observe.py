@@ -16,15 +16,21 @@ from ._common import plain, runtime
 
 
 @kopf.on.event(GROUP, VERSION, "sessions")
-async def session_observed(**kw: Any) -> None:
+async def session_observed(
+    type: str | None,
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
     # async: a plain def would cost a thread-pool hop per Session event.
-    namespace, name = kw["namespace"], kw["name"]
     if not namespace:
         return
-    metrics = runtime(kw["memo"]).metrics
-    if kw["type"] == "DELETED":
+    metrics = runtime(memo).metrics
+    if type == "DELETED":
         metrics.session_gone(namespace, name)
         return
     # ADDED is a Session created while this process watches: all it spends is counted. The
     # initial listing (type None) is only the baseline another process may have counted.
-    metrics.session_seen(namespace, name, plain(kw["body"]), new=kw["type"] == "ADDED")
+    metrics.session_seen(namespace, name, plain(body), new=type == "ADDED")

@@ -17,8 +17,8 @@ from corral_api import GROUP, VERSION
 from .. import naming
 from ..planning.session import PlannedEvent
 from ..runtime import post_event
-from ..sessionloop import SessionLoop, abort_turn
-from ._common import plain, runtime
+from ..session.loop import SessionLoop, abort_turn
+from ._common import namespace_of, plain, runtime
 
 DELETED = kopf.DaemonStoppingReason.RESOURCE_DELETED
 
@@ -26,13 +26,20 @@ DELETED = kopf.DaemonStoppingReason.RESOURCE_DELETED
 # The stop flag first, cancellation only after 10 s: the loop stops at the flag, then aborts
 # the turn in flight if the Session is being deleted (kopf would otherwise cancel at once).
 @kopf.daemon(GROUP, VERSION, "sessions", cancellation_backoff=10.0, cancellation_timeout=10.0)
-async def session_daemon(**kw: Any) -> None:
-    loop = SessionLoop(runtime(kw["memo"]), kw["namespace"], kw["name"], live=kw["body"])
-    await loop.run(kw["stopped"])
-    if kw["stopped"].reason is not None and kw["stopped"].reason & DELETED:
-        body = plain(kw["body"])
-        if await abort_turn(runtime(kw["memo"]), await loop.last_known() or body):
-            post_event(body, PlannedEvent("Normal", "TurnAborted", "aborted before deletion"))
+async def session_daemon(
+    body: kopf.Body,
+    name: str,
+    namespace: str | None,
+    stopped: kopf.DaemonStopped,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
+    loop = SessionLoop(runtime(memo), namespace_of(namespace), name, live=body)
+    await loop.run(stopped)
+    if stopped.reason is not None and stopped.reason & DELETED:
+        last = plain(body)
+        if await abort_turn(runtime(memo), await loop.last_known() or last):
+            post_event(last, PlannedEvent("Normal", "TurnAborted", "aborted before deletion"))
 
 
 @kopf.on.event(
@@ -41,14 +48,22 @@ async def session_daemon(**kw: Any) -> None:
     "pods",
     labels={naming.LABEL_MANAGED_BY: naming.MANAGED_BY, naming.LABEL_COMPONENT: "sandbox"},
 )
-async def sandbox_pod_changed(**kw: Any) -> None:
+async def sandbox_pod_changed(
+    type: str | None,
+    body: kopf.Body,
+    labels: kopf.Labels,
+    name: str,
+    namespace: str | None,
+    memo: kopf.Memo,
+    **_: Any,
+) -> None:
     # async: a plain def would cost a thread-pool hop per pod event.
-    rt = runtime(kw["memo"])
-    if not kw["namespace"]:
+    rt = runtime(memo)
+    if not namespace:
         return
-    gone = kw["type"] == "DELETED"
-    changed = rt.pods.saw(kw["namespace"], kw["name"], None if gone else plain(kw["body"]))
-    session = kw["labels"].get(naming.LABEL_SESSION)
+    gone = type == "DELETED"
+    changed = rt.pods.saw(namespace, name, None if gone else plain(body))
+    session = labels.get(naming.LABEL_SESSION)
     # Only a change a pass reads wakes the Session (a binding or a new node name does not).
     if session and changed:
-        rt.wake(kw["namespace"], session)
+        rt.wake(namespace, session)

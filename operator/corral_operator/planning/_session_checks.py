@@ -15,7 +15,7 @@ from corral_api.kinds import SessionStatus
 from corral_common.branches import session_refusal
 
 from ..driver import wait_satisfied
-from ..podbuilder import SandboxSpecError, build_pod
+from ..sandboxspec import SandboxSpecError, check_sandbox
 from . import lineage
 from . import reasons as R
 from ._session_inputs import SessionInputs, parse_time, pending_for, wake_wait
@@ -193,13 +193,13 @@ def agent_not_ready(inputs: SessionInputs) -> SessionDecision | None:
 
 
 def agent_invalid(inputs: SessionInputs) -> SessionDecision | None:
-    """The Agent does not validate, or no sandbox pod can be built from it and the Session:
-    the Session fails (InvalidSpec)."""
+    """The Agent does not validate, or no sandbox can be built from it and the Session (the
+    pod builder's own check): the Session fails (InvalidSpec)."""
     agent = inputs.parsed_agent
     if isinstance(agent, ValidationError):
         return _spec_refused(inputs, agent)
     try:
-        build_pod(agent, inputs.session, inputs.settings)
+        check_sandbox(agent, inputs.session, inputs.settings)
     except (ValidationError, SandboxSpecError) as exc:
         return _spec_refused(inputs, exc)
     return None

@@ -15,7 +15,7 @@ from corral_api.digest import check_definition_digest
 from corral_api.kinds import Evidence, EvidenceStatus
 
 from .. import naming
-from ..evidencepod import CHECK_CONTAINER
+from ..naming import CHECK_CONTAINER
 from .conditions import set_condition
 from .session import PlannedEvent
 

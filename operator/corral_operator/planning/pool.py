@@ -12,8 +12,8 @@ from typing import Any
 from corral_api.kinds import Agent, Session
 
 from .. import naming
-from ..podbuilder import WORKSPACE_MOUNT
-from ..poolpod import ANNOTATION_DIGEST, COMPONENT_POOL
+from ..naming import ANNOTATION_DIGEST, COMPONENT_POOL
+from ..sandboxspec import WORKSPACE_MOUNT
 from .session import pod_is_ready
 
 _DONE_PHASES = ("Succeeded", "Failed")

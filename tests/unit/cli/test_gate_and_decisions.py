@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
+from corral_api.decisions import decision_status
 from corral_api.digest import check_definition_digest
 from corral_api.evidence import verdicts_at
 from corral_api.labels import evidence_labels
 from corral_cli._cluster import parse_duration
-from corral_cli.approval_cmd import decision_status
 from corral_cli.evidence_cmd import EXIT_BY_VERDICT, main, overall
 from corral_common.approval_files import ApprovalFiles, ApprovalNotFound, ApprovalScopeMismatch
 

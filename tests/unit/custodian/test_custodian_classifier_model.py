@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._scripted import ScriptedServer
+
 from ._custodian_proc import running_custodian
 from .test_custodian_model import body, post, refusal, upstream  # noqa: F401 (fixture)
 
@@ -15,10 +17,10 @@ pytestmark = pytest.mark.timeout(90)
 
 
 def test_the_classifier_model_is_admitted_only_when_the_agent_names_it(
-    upstream: tuple[object, str],  # noqa: F811
+    upstream: ScriptedServer,  # noqa: F811
     tmp_path: Path,
 ) -> None:
-    _, url = upstream
+    url = upstream.url
     spec = {"identity": "x", "model": "claude-sonnet-4-5"}
     plain = {"CORRAL_UPSTREAM_URL": url, "CORRAL_AGENT_SPEC_JSON": json.dumps(spec)}
     with running_custodian(plain, tmp_path / "plain.log") as custodian:

@@ -9,7 +9,6 @@ import json
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import anthropic
 import httpx
 import pytest
 
-from corral_dev.scripted import ScriptedModel, parse_script, serve_in_thread
+from tests._scripted import ScriptedServer
 
 from ._bundle_rig import send_head
 from ._custodian_proc import Custodian, git, git_daemon, running_custodian
@@ -40,28 +39,6 @@ SCRIPT = {
 }
 
 
-@dataclass
-class Upstream:
-    """The scripted model standing in for api.anthropic.com, and its address."""
-
-    model: ScriptedModel
-    url: str
-
-    @property
-    def requests(self) -> list[dict[str, Any]]:
-        return self.model.requests
-
-
-@pytest.fixture
-def scripted() -> Iterator[Upstream]:
-    model = ScriptedModel(parse_script(SCRIPT))
-    server = serve_in_thread(model)
-    try:
-        yield Upstream(model, server.url)
-    finally:
-        server.stop()
-
-
 def sdk(custodian: Custodian) -> anthropic.Anthropic:
     # The harness side: the pod-local credential as its api_key, the custodian as base URL.
     return anthropic.Anthropic(api_key=custodian.credential, base_url=custodian.url, max_retries=2)
@@ -82,8 +59,9 @@ def ask(client: anthropic.Anthropic, conversation: str, *, stream: bool) -> str:
 
 
 def test_the_key_is_added_upstream_and_never_reaches_the_harness(
-    scripted: Upstream, tmp_path: Path
+    scripted: ScriptedServer, tmp_path: Path
 ) -> None:
+    scripted.load(SCRIPT)  # the scripted model stands in for api.anthropic.com
     env = {
         "CORRAL_UPSTREAM_URL": scripted.url,
         "ANTHROPIC_API_KEY": MODEL_KEY,
@@ -95,9 +73,9 @@ def test_the_key_is_added_upstream_and_never_reaches_the_harness(
         assert ask(client, "plain", stream=True) == "hello"
         assert ask(client, "plain", stream=False) == "again"
 
-        seen = [r["headers"].get("x-api-key") for r in scripted.requests]
+        seen = [r["headers"].get("x-api-key") for r in scripted.requests()]
         assert seen == [MODEL_KEY, MODEL_KEY]
-        assert all("authorization" not in r["headers"] for r in scripted.requests)
+        assert all("authorization" not in r["headers"] for r in scripted.requests())
 
         # Nothing the harness side can read carries the key: not the answers, not the usage;
         # and the credential it presents goes no further than the custodian.
@@ -115,8 +93,9 @@ def test_the_key_is_added_upstream_and_never_reaches_the_harness(
         assert raw.status_code == 200
         assert MODEL_KEY not in raw.text and MODEL_KEY not in str(raw.headers)
         # The caller's own credential was replaced, not forwarded alongside.
-        assert scripted.requests[-1]["headers"]["x-api-key"] == MODEL_KEY
-        assert all(custodian.credential not in json.dumps(r["headers"]) for r in scripted.requests)
+        assert scripted.requests()[-1]["headers"]["x-api-key"] == MODEL_KEY
+        sent = scripted.requests()
+        assert all(custodian.credential not in json.dumps(r["headers"]) for r in sent)
         usage: Any = custodian.usage()
         assert MODEL_KEY not in json.dumps(usage)
         assert usage["usage"]["input"] == 3000 and usage["usage"]["output"] == 1500
@@ -129,8 +108,9 @@ def test_the_key_is_added_upstream_and_never_reaches_the_harness(
 
 
 def test_the_budget_stops_requests_with_a_reason_and_survives_a_restart(
-    scripted: Upstream, tmp_path: Path
+    scripted: ScriptedServer, tmp_path: Path
 ) -> None:
+    scripted.load(SCRIPT)
     env = {
         "CORRAL_UPSTREAM_URL": scripted.url,
         "ANTHROPIC_API_KEY": MODEL_KEY,
@@ -147,7 +127,7 @@ def test_the_budget_stops_requests_with_a_reason_and_survives_a_restart(
         # x-should-retry: false means the SDK gives up at once instead of backing off twice.
         assert time.monotonic() - started < 1.0
         assert "token budget" in str(caught.value) and "1500 of 1200" in str(caught.value)
-        assert len(scripted.requests) == 1
+        assert len(scripted.requests()) == 1
     with running_custodian(env, tmp_path / "custodian.log") as custodian:
         response = httpx.post(
             custodian.url + "/v1/messages",
@@ -157,13 +137,14 @@ def test_the_budget_stops_requests_with_a_reason_and_survives_a_restart(
         assert response.status_code == 429
         assert response.json()["error"]["type"] == "budget_exceeded_error"
         assert "1500 of 1200" in response.json()["error"]["message"]
-        assert len(scripted.requests) == 1
+        assert len(scripted.requests()) == 1
         usage: Any = custodian.usage()
         assert usage["exceeded"] is True and "1500 of 1200" in usage["reason"]
         assert usage["budget"]["tokens"] == 1200
 
 
-def test_streams_pass_through_as_they_arrive(scripted: Upstream, tmp_path: Path) -> None:
+def test_streams_pass_through_as_they_arrive(scripted: ScriptedServer, tmp_path: Path) -> None:
+    scripted.load(SCRIPT)
     env = {"CORRAL_UPSTREAM_URL": scripted.url, "CORRAL_AGENT_SPEC_JSON": AGENT_JSON}
     with running_custodian(env, tmp_path / "custodian.log") as custodian:
         started = time.monotonic()
@@ -198,7 +179,10 @@ def test_bad_requests_get_4xx_with_a_reason(tmp_path: Path) -> None:
         assert "cluster" in no_cluster.json()["content"]
 
 
-def test_upstream_errors_pass_through_and_cost_nothing(scripted: Upstream, tmp_path: Path) -> None:
+def test_upstream_errors_pass_through_and_cost_nothing(
+    scripted: ScriptedServer, tmp_path: Path
+) -> None:
+    scripted.load(SCRIPT)
     env = {
         "CORRAL_UPSTREAM_URL": scripted.url,
         "ANTHROPIC_API_KEY": MODEL_KEY,

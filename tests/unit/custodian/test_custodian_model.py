@@ -14,33 +14,27 @@ from typing import Any
 import httpx
 import pytest
 
-from corral_dev.scripted import ScriptedModel, parse_script, serve_in_thread
+from tests._scripted import ScriptedServer
 
 from ._custodian_proc import Custodian, running_custodian
 
 pytestmark = pytest.mark.timeout(90)
 
+UPSTREAM_SCRIPT = {
+    "default": ["ok"] * 20,
+    "conversations": {
+        "slow": [{"text": "slow", "delay": 1.5}] * 8,
+        "long-stream": [{"text": "x" * 4000, "event_delay": 0.05}],
+        "small": [{"text": "hi", "usage": {"input_tokens": 100, "output_tokens": 50}}] * 5,
+    },
+}
+
 
 @pytest.fixture
-def upstream() -> Iterator[tuple[ScriptedModel, str]]:
-    model = ScriptedModel(
-        parse_script(
-            {
-                "default": ["ok"] * 20,
-                "conversations": {
-                    "slow": [{"text": "slow", "delay": 1.5}] * 8,
-                    "long-stream": [{"text": "x" * 4000, "event_delay": 0.05}],
-                    "small": [{"text": "hi", "usage": {"input_tokens": 100, "output_tokens": 50}}]
-                    * 5,
-                },
-            }
-        )
-    )
-    server = serve_in_thread(model)
-    try:
-        yield model, server.url
-    finally:
-        server.stop()
+def upstream(scripted: ScriptedServer) -> ScriptedServer:
+    """The scripted model as the custodian's upstream, replying from UPSTREAM_SCRIPT."""
+    scripted.load(UPSTREAM_SCRIPT)
+    return scripted
 
 
 def agent(**extra: Any) -> str:
@@ -73,9 +67,9 @@ def refusal(response: httpx.Response, status: int, kind: str, retry: bool) -> st
 
 
 def test_only_the_agents_model_and_the_sessions_override_go_upstream(
-    upstream: tuple[ScriptedModel, str], tmp_path: Path
+    upstream: ScriptedServer, tmp_path: Path
 ) -> None:
-    model, url = upstream
+    url = upstream.url
     env = {
         "CORRAL_UPSTREAM_URL": url,
         "CORRAL_AGENT_SPEC_JSON": agent(),
@@ -89,7 +83,7 @@ def test_only_the_agents_model_and_the_sessions_override_go_upstream(
         )
         assert "'claude-opus-4-1' is not allowed" in message
         assert "'claude-haiku-4-5'" in message and "'claude-3-5-haiku-latest'" in message
-        assert [r["body"]["model"] for r in model.requests] == [
+        assert [r["body"]["model"] for r in upstream.requests()] == [
             "claude-haiku-4-5",
             "claude-3-5-haiku-latest",
         ]
@@ -101,13 +95,13 @@ def test_only_the_agents_model_and_the_sessions_override_go_upstream(
         )
         mcp = body(mcp_servers=[{"type": "url", "url": "https://evil.example/mcp", "name": "e"}])
         assert "mcp_servers" in refusal(post(custodian, mcp), 400, "invalid_request_error", False)
-        assert len(model.requests) == 2
+        assert len(upstream.requests()) == 2
 
 
 def test_max_tokens_is_clamped_to_the_agent_and_the_catalog(
-    upstream: tuple[ScriptedModel, str], tmp_path: Path
+    upstream: ScriptedServer, tmp_path: Path
 ) -> None:
-    model, url = upstream
+    url = upstream.url
     env = {
         "CORRAL_UPSTREAM_URL": url,
         "CORRAL_AGENT_SPEC_JSON": agent(limits={"maxOutputTokens": 3000}),
@@ -125,16 +119,16 @@ def test_max_tokens_is_clamped_to_the_agent_and_the_catalog(
         # claude-3-5-haiku's catalog maximum, 8192, is below the Agent's cap.
         over = body(model="claude-3-5-haiku-latest", max_tokens=20_000)
         assert post(custodian, over).status_code == 200
-    sent = [r["body"] for r in model.requests]
+    sent = [r["body"] for r in upstream.requests()]
     assert [b["max_tokens"] for b in sent] == [3000, 200, 8192]
     # The thinking budget stays below the clamped max_tokens, as the provider requires.
     assert sent[0]["thinking"] == {"type": "enabled", "budget_tokens": 2999}
 
 
 def test_the_budget_is_reserved_before_forwarding_and_survives_a_restart(
-    upstream: tuple[ScriptedModel, str], tmp_path: Path
+    upstream: ScriptedServer, tmp_path: Path
 ) -> None:
-    model, url = upstream
+    url = upstream.url
     env = {
         "CORRAL_UPSTREAM_URL": url,
         "CORRAL_AGENT_SPEC_JSON": agent(limits={"budget": {"tokens": 1000}}),
@@ -146,7 +140,7 @@ def test_the_budget_is_reserved_before_forwarding_and_survives_a_restart(
             post(custodian, body("small", max_tokens=2000)), 429, "budget_exceeded_error", False
         )
         assert "cannot cover this request" in message and "0 of 1000 tokens used" in message
-        assert model.requests == []
+        assert upstream.requests() == []
         # 100 in + 50 out recorded: 150 of 1000.
         assert post(custodian, body("small", max_tokens=400)).status_code == 200
         usage: Any = custodian.usage()
@@ -166,13 +160,13 @@ def test_the_budget_is_reserved_before_forwarding_and_survives_a_restart(
         usage = custodian.usage()
         assert (usage["usage"]["input"], usage["usage"]["output"]) == (100, 50)
         assert post(custodian, body("small", max_tokens=300)).status_code == 200
-    assert len(model.requests) == 2
+    assert len(upstream.requests()) == 2
 
 
 def test_requests_in_flight_hold_their_reservation(
-    upstream: tuple[ScriptedModel, str], tmp_path: Path
+    upstream: ScriptedServer, tmp_path: Path
 ) -> None:
-    model, url = upstream
+    url = upstream.url
     env = {
         "CORRAL_UPSTREAM_URL": url,
         "CORRAL_AGENT_SPEC_JSON": agent(),
@@ -185,7 +179,7 @@ def test_requests_in_flight_hold_their_reservation(
         )
         slow.start()
         deadline = time.monotonic() + 5
-        while not model.requests:
+        while not upstream.requests():
             assert time.monotonic() < deadline
             time.sleep(0.02)
         usage: Any = custodian.usage()
@@ -202,9 +196,9 @@ def test_requests_in_flight_hold_their_reservation(
 
 
 def test_a_stream_cut_by_the_client_is_settled_and_charged(
-    upstream: tuple[ScriptedModel, str], tmp_path: Path
+    upstream: ScriptedServer, tmp_path: Path
 ) -> None:
-    _, url = upstream
+    url = upstream.url
     env = {"CORRAL_UPSTREAM_URL": url, "CORRAL_AGENT_SPEC_JSON": agent()}
     with running_custodian(env, tmp_path / "custodian.log") as custodian:
         with httpx.stream(
@@ -229,9 +223,9 @@ def test_a_stream_cut_by_the_client_is_settled_and_charged(
 
 
 def test_too_many_requests_in_flight_are_refused_with_a_retry(
-    upstream: tuple[ScriptedModel, str], tmp_path: Path
+    upstream: ScriptedServer, tmp_path: Path
 ) -> None:
-    model, url = upstream
+    url = upstream.url
     env = {"CORRAL_UPSTREAM_URL": url, "CORRAL_AGENT_SPEC_JSON": agent()}
     with running_custodian(env, tmp_path / "custodian.log") as custodian:
         answers: list[httpx.Response] = []
@@ -242,7 +236,7 @@ def test_too_many_requests_in_flight_are_refused_with_a_retry(
         for t in threads:
             t.start()
         deadline = time.monotonic() + 5
-        while len(model.requests) < 4:
+        while len(upstream.requests()) < 4:
             assert time.monotonic() < deadline
             time.sleep(0.02)
         message = refusal(post(custodian, body("c")), 429, "rate_limit_error", True)
@@ -254,9 +248,9 @@ def test_too_many_requests_in_flight_are_refused_with_a_retry(
 
 
 def test_a_request_body_over_the_limit_is_refused_unread(
-    upstream: tuple[ScriptedModel, str], tmp_path: Path
+    upstream: ScriptedServer, tmp_path: Path
 ) -> None:
-    model, url = upstream
+    url = upstream.url
     env = {"CORRAL_UPSTREAM_URL": url, "CORRAL_AGENT_SPEC_JSON": agent()}
     big = body(messages=[{"role": "user", "content": "x" * (9 * 1024 * 1024)}])
     with running_custodian(env, tmp_path / "custodian.log") as custodian:
@@ -273,5 +267,5 @@ def test_a_request_body_over_the_limit_is_refused_unread(
             custodian.url + "/v1/messages", content=chunks(), headers=custodian.headers
         )
         refusal(chunked, 413, "request_too_large", False)
-        assert model.requests == []
+        assert upstream.requests() == []
         assert post(custodian, body()).status_code == 200

@@ -33,7 +33,7 @@ from corral_custodian._hooks import HookProblem, hook_headers
 from corral_custodian._kube import KubeClient, KubeError
 from corral_custodian._secrets import RedactResponses, SecretRegistry
 from corral_custodian.settings import KubeSettings, from_env, register_credentials
-from corral_dev.scripted import ScriptedModel, parse_script, serve_in_thread
+from tests._scripted import ScriptedServer
 
 from ._custodian_proc import CUSTODIAN, running_custodian
 
@@ -51,14 +51,10 @@ AGENT = json.dumps(
 
 
 @pytest.fixture
-def upstream() -> Iterator[str]:
+def upstream(scripted: ScriptedServer) -> str:
     """The scripted model, answering with the key's base64 as its text (as if it knew it)."""
-    script = {"default": [{"text": f"the key is {B64}"}, {"text": f"the key is {B64}"}]}
-    server = serve_in_thread(ScriptedModel(parse_script(script)))
-    try:
-        yield server.url
-    finally:
-        server.stop()
+    scripted.load({"default": [{"text": f"the key is {B64}"}, {"text": f"the key is {B64}"}]})
+    return scripted.url
 
 
 def _leaks(text: str) -> list[str]:

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from corral_dev.scripted import ScriptedModel, parse_script, serve_in_thread
+from tests._scripted import ScriptedServer
 from tests.wire._rig import Harness, new_conversation
 
 from ._custodian_proc import git_daemon, running_custodian
@@ -36,20 +35,9 @@ def git(cwd: Path, *args: str) -> str:
     return done.stdout.strip()
 
 
-@pytest.fixture
-def scripted() -> Iterator[tuple[ScriptedModel, str]]:
-    model = ScriptedModel()
-    server = serve_in_thread(model)
-    try:
-        yield model, server.url
-    finally:
-        server.stop()
-
-
 def test_the_harness_never_holds_the_key_and_pushes_through_the_menu(
-    scripted: tuple[ScriptedModel, str], tmp_path: Path
+    scripted: ScriptedServer, tmp_path: Path
 ) -> None:
-    model, upstream = scripted
     served = tmp_path / "served"
     served.mkdir()
     remote = served / "remote.git"
@@ -65,25 +53,23 @@ def test_the_harness_never_holds_the_key_and_pushes_through_the_menu(
         "echo work > out.txt && git add out.txt && "
         "git -c user.name=a -c user.email=a@a commit -qm work && echo committed"
     )
-    model.set_script(
-        parse_script(
-            {
-                "conversations": {
-                    conv: [
-                        {"tool_use": {"name": "bash", "input": {"command": snoop}}},
-                        {"tool_use": {"name": "bash", "input": {"command": commit}}},
-                        {"tool_use": {"name": "mcp__corral__push", "input": {}}},
-                        {"tool_use": {"name": "mcp__corral__push", "input": {"branch": "main"}}},
-                        {"text": "all done"},
-                    ]
-                }
+    scripted.load(
+        {
+            "conversations": {
+                conv: [
+                    {"tool_use": {"name": "bash", "input": {"command": snoop}}},
+                    {"tool_use": {"name": "bash", "input": {"command": commit}}},
+                    {"tool_use": {"name": "mcp__corral__push", "input": {}}},
+                    {"tool_use": {"name": "mcp__corral__push", "input": {"branch": "main"}}},
+                    {"text": "all done"},
+                ]
             }
-        )
+        }
     )
     credential = tmp_path / "pod-credential"
     credential.write_text("pod-local-credential-0123456789\n")
     custodian_env = {
-        "CORRAL_UPSTREAM_URL": upstream,
+        "CORRAL_UPSTREAM_URL": scripted.url,
         "ANTHROPIC_API_KEY": MODEL_KEY,
         "CORRAL_SESSION_BRANCH": "corral/s1",
         "CORRAL_STATE_DIR": str(tmp_path / "custodian-state"),
@@ -115,7 +101,7 @@ def test_the_harness_never_holds_the_key_and_pushes_through_the_menu(
         finally:
             harness.stop()
 
-    requests = [r for r in model.requests if r["conversation"] == conv]
+    requests = scripted.requests(conv)
     assert len(requests) == 5
     # Upstream saw the custodian's key on every call; the harness's credential stopped there.
     assert {r["headers"]["x-api-key"] for r in requests} == {MODEL_KEY}
@@ -140,20 +126,19 @@ def test_the_harness_never_holds_the_key_and_pushes_through_the_menu(
 
 
 def test_an_abort_answers_at_once_while_a_model_call_waits_in_the_custodian(
-    scripted: tuple[ScriptedModel, str], tmp_path: Path
+    scripted: ScriptedServer, tmp_path: Path
 ) -> None:
     import time
 
-    model, upstream = scripted
     root = tmp_path / "workspace"
     root.mkdir()
     conv = new_conversation()
     slow = {"text": "slow", "delay": 30}
-    model.set_script(parse_script({"conversations": {conv: [slow, slow]}}))
+    scripted.load({"conversations": {conv: [slow, slow]}})
     credential = tmp_path / "pod-credential"
     credential.write_text("pod-local-credential-0123456789\n")
     env = {
-        "CORRAL_UPSTREAM_URL": upstream,
+        "CORRAL_UPSTREAM_URL": scripted.url,
         "ANTHROPIC_API_KEY": MODEL_KEY,
         "CORRAL_STATE_DIR": str(tmp_path / "custodian-state"),
         "CORRAL_AGENT_SPEC_JSON": json.dumps(AGENT),
@@ -176,10 +161,10 @@ def test_an_abort_answers_at_once_while_a_model_call_waits_in_the_custodian(
             assert time.monotonic() - started < 5
             assert harness.wait_settled(conv, early["submissionId"])["status"] == "aborted"
             # And one that lands while the call waits upstream: it is cut at once.
-            before = len([r for r in model.requests if r["conversation"] == conv])
+            before = len(scripted.requests(conv))
             admitted = harness.admit(conv, "go", spec=AGENT)
             deadline = time.monotonic() + 20
-            while len([r for r in model.requests if r["conversation"] == conv]) == before:
+            while len(scripted.requests(conv)) == before:
                 assert time.monotonic() < deadline, "the model call never reached upstream"
                 time.sleep(0.05)
             started = time.monotonic()

@@ -15,7 +15,8 @@ import httpx
 import pytest
 
 from corral_api.wire import CustodianDelivery
-from corral_dev.scripted import ScriptedModel, parse_script, serve_in_thread
+from corral_dev.scripted import ScriptedModel, parse_script
+from tests._scripted import ScriptedServer
 from tests.wire._rig import Harness, new_conversation
 
 from ._custodian_proc import Custodian, git, git_daemon, running_custodian
@@ -74,9 +75,7 @@ def bash(command: str) -> dict[str, Any]:
 
 
 @pytest.fixture
-def rig(tmp_path: Path) -> Iterator[Rig]:
-    model = ScriptedModel()
-    server = serve_in_thread(model)
+def rig(tmp_path: Path, scripted: ScriptedServer) -> Iterator[Rig]:
     served = tmp_path / "served"
     served.mkdir()
     remote = served / "remote.git"
@@ -91,34 +90,31 @@ def rig(tmp_path: Path) -> Iterator[Rig]:
     git(tmp_path, "clone", "-q", str(remote), str(root))
     git(root, "checkout", "-qb", BRANCH)
     env = {
-        "CORRAL_UPSTREAM_URL": server.url,
+        "CORRAL_UPSTREAM_URL": scripted.url,
         "ANTHROPIC_API_KEY": "sk-ant-test",
         "CORRAL_SESSION_BRANCH": BRANCH,
         "CORRAL_STATE_DIR": str(tmp_path / "custodian-state"),
         "CORRAL_AGENT_SPEC_JSON": json.dumps(AGENT),
     }
-    try:
-        with (
-            git_daemon(served) as daemon,
-            running_custodian(
-                env | {"CORRAL_GIT_REMOTE_URL": daemon + "remote.git"}, tmp_path / "c.log"
-            ) as custodian,
-        ):
-            credential = tmp_path / "c-credential"
-            harness = Harness(
-                model_url=custodian.url,
-                menu_url=custodian.url,
-                state_dir=tmp_path / "harness-state",
-                root=root,
-                extra_env={"CORRAL_CUSTODIAN_CREDENTIAL_FILE": str(credential)},
-            )
-            harness.start()
-            try:
-                yield Rig(model, harness, custodian, remote, root, new_conversation())
-            finally:
-                harness.stop()
-    finally:
-        server.stop()
+    with (
+        git_daemon(served) as daemon,
+        running_custodian(
+            env | {"CORRAL_GIT_REMOTE_URL": daemon + "remote.git"}, tmp_path / "c.log"
+        ) as custodian,
+    ):
+        credential = tmp_path / "c-credential"
+        harness = Harness(
+            model_url=custodian.url,
+            menu_url=custodian.url,
+            state_dir=tmp_path / "harness-state",
+            root=root,
+            extra_env={"CORRAL_CUSTODIAN_CREDENTIAL_FILE": str(credential)},
+        )
+        harness.start()
+        try:
+            yield Rig(scripted.model, harness, custodian, remote, root, new_conversation())
+        finally:
+            harness.stop()
 
 
 def test_a_turn_that_changed_the_workspace_is_committed_as_the_agent_and_pushed(rig: Rig) -> None:

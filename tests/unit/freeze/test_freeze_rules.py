@@ -19,9 +19,10 @@ from corral_operator.driver._decide import freeze_interrupted
 from corral_operator.planning.freeze import plan_freeze
 from corral_operator.planning.session import plan_session
 from corral_operator.settings import OperatorSettings
+from tests._objects import agent_body, sandbox_pod, session_body
 
 from ..driver.test_session_driver import AGENT, MemoryStore, StandInHarness, session
-from ..operator.test_session_planner import _agent, _cond, _pod, _session
+from ..operator.test_session_planner import _cond
 
 pytestmark = pytest.mark.timeout(10)
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
@@ -93,7 +94,7 @@ HELD = FrozenBy("namespace", "namespace team", "incident")
 
 
 def test_a_held_session_gets_no_sandbox_and_says_why() -> None:
-    plan = plan_session(_session(), _agent(), None, OperatorSettings(), NOW, frozen_by=HELD)
+    plan = plan_session(session_body(), agent_body(), None, OperatorSettings(), NOW, frozen_by=HELD)
     assert not plan.create_sandbox and not plan.drive
     assert plan.status["phase"] == "Pending"
     assert _cond(plan.status, "Frozen")["status"] == "True"
@@ -106,22 +107,34 @@ def test_a_held_session_in_flight_is_driven_only_to_be_interrupted() -> None:
     ledger = {"streamUrl": "/u", "offset": 0, "submissionId": "s1", "turn": 1}
     status = {"phase": "Running", "podName": "corral-fix-bug", "ledger": ledger}
     plan = plan_session(
-        _session(status), _agent(), _pod(True), OperatorSettings(), NOW, frozen_by=HELD
+        session_body(status=status),
+        agent_body(),
+        sandbox_pod(True),
+        OperatorSettings(),
+        NOW,
+        frozen_by=HELD,
     )
     assert plan.drive and plan.frozen_by == HELD
     idle = {"phase": "Running", "podName": "corral-fix-bug", "turns": 0}
     plan = plan_session(
-        _session(idle), _agent(), _pod(True), OperatorSettings(), NOW, frozen_by=HELD
+        session_body(status=idle),
+        agent_body(),
+        sandbox_pod(True),
+        OperatorSettings(),
+        NOW,
+        frozen_by=HELD,
     )
     assert not plan.drive and plan.requeue_after is not None
 
 
 def test_lifting_the_freeze_thaws_the_condition_and_lets_the_driver_run() -> None:
     held = plan_session(
-        _session({"phase": "Running", "podName": "corral-fix-bug"}),
-        _agent(), _pod(True), OperatorSettings(), NOW, frozen_by=HELD,
+        session_body(status={"phase": "Running", "podName": "corral-fix-bug"}),
+        agent_body(), sandbox_pod(True), OperatorSettings(), NOW, frozen_by=HELD,
     )  # fmt: skip
-    plan = plan_session(_session(held.status), _agent(), _pod(True), OperatorSettings(), NOW)
+    plan = plan_session(
+        session_body(status=held.status), agent_body(), sandbox_pod(True), OperatorSettings(), NOW
+    )
     assert plan.drive and plan.frozen_by is None
     assert _cond(plan.status, "Frozen")["status"] == "False"
     assert _cond(plan.status, "Frozen")["reason"] == "Thawed"

@@ -7,7 +7,6 @@ loopback (real HTTP); the hooks are small recording objects written for these te
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,6 @@ import pytest
 from anthropic._constants import ANTHROPIC_API_VERSION
 
 from corral_common.catalog import resolve_model
-from corral_dev.scripted import RunningServer, ScriptedModel, parse_script, serve_in_thread
 from corral_harness.engine._loop import EngineSettings, StreamingEngine
 from corral_harness.engine.anthropic_engine import AnthropicEngine
 from corral_harness.engine.lean_engine import LeanEngine
@@ -32,6 +30,7 @@ from corral_harness.engine.seam import (
 from corral_harness.paths import GrantedRoot
 from corral_harness.seams import ToolCall
 from corral_harness.tools import WorkingTools
+from tests._scripted import ScriptedServer
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -39,18 +38,10 @@ ADAPTERS: dict[str, type[StreamingEngine]] = {"sdk": AnthropicEngine, "lean": Le
 
 
 @pytest.fixture(params=sorted(ADAPTERS))
-def adapter(request: pytest.FixtureRequest, scripted: RunningServer) -> type[StreamingEngine]:
-    """The engine adapter under test: each test of this module runs over both. The tests name
-    their conversations, so the shared model server forgets the other adapter's requests."""
-    scripted.model.requests.clear()
+def adapter(request: pytest.FixtureRequest) -> type[StreamingEngine]:
+    """The engine adapter under test: each test of this module runs over both (against the
+    `scripted` model server, reset for each test)."""
     return ADAPTERS[request.param]
-
-
-@pytest.fixture(scope="module")
-def scripted() -> Iterator[RunningServer]:
-    running = serve_in_thread(ScriptedModel())
-    yield running
-    running.stop()
 
 
 class RecordingHooks:
@@ -93,12 +84,12 @@ def _job(conv: str, root: Path) -> EngineJob:
     return EngineJob(conv, resolve_model("corral-scripted"), "low", "", engine_tools, [], "go", 500)
 
 
-def _engine(adapter: type[StreamingEngine], scripted: RunningServer) -> StreamingEngine:
+def _engine(adapter: type[StreamingEngine], scripted: ScriptedServer) -> StreamingEngine:
     return adapter(EngineSettings(base_url=scripted.url, backoff_seconds=0.01))
 
 
-def _script(scripted: RunningServer, conv: str, replies: list[Any]) -> None:
-    scripted.model.set_script(parse_script({"conversations": {conv: replies}}))
+def _script(scripted: ScriptedServer, conv: str, replies: list[Any]) -> None:
+    scripted.load({"conversations": {conv: replies}})
 
 
 def _bash(*commands: str) -> dict[str, Any]:
@@ -106,7 +97,7 @@ def _bash(*commands: str) -> dict[str, Any]:
 
 
 async def test_events_and_hooks_come_in_the_seams_order(
-    adapter: type[StreamingEngine], scripted: RunningServer, tmp_path: Path
+    adapter: type[StreamingEngine], scripted: ScriptedServer, tmp_path: Path
 ) -> None:
     _script(scripted, "order", [_bash("echo 1", "echo 2"), "done"])
     engine = _engine(adapter, scripted)
@@ -135,13 +126,13 @@ async def test_events_and_hooks_come_in_the_seams_order(
         "request 2",
         "message_end",
     ]
-    sent = [r for r in scripted.model.requests if r["conversation"] == "order"]
+    sent = scripted.requests("order")
     assert sent[0]["body"]["system"] == "system prompt"
     assert sent[0]["body"]["thinking"] == {"type": "disabled"}  # max_tokens 500 leaves no room
 
 
 async def test_a_gate_that_aborts_leaves_later_calls_unanswered(
-    adapter: type[StreamingEngine], scripted: RunningServer, tmp_path: Path
+    adapter: type[StreamingEngine], scripted: ScriptedServer, tmp_path: Path
 ) -> None:
     _script(scripted, "gate", [_bash("echo a", "touch blocked", "touch never")])
     hooks = RecordingHooks()
@@ -160,7 +151,7 @@ async def test_a_gate_that_aborts_leaves_later_calls_unanswered(
 
 
 async def test_steering_adds_a_user_message_before_the_next_request(
-    adapter: type[StreamingEngine], scripted: RunningServer, tmp_path: Path
+    adapter: type[StreamingEngine], scripted: ScriptedServer, tmp_path: Path
 ) -> None:
     _script(scripted, "steer", [_bash("echo 1"), "done"])
     engine = _engine(adapter, scripted)
@@ -171,14 +162,14 @@ async def test_steering_adds_a_user_message_before_the_next_request(
 
     outcome = await engine.run(_job("steer", tmp_path), RecordingHooks(), listen)
     assert outcome.status == "completed"
-    second = [r for r in scripted.model.requests if r["conversation"] == "steer"][1]["body"]
+    second = scripted.requests("steer")[1]["body"]
     last = second["messages"][-1]["content"]
     assert last[0]["type"] == "tool_result"
     assert last[-1] == {"type": "text", "text": "also check the tests"}
 
 
 async def test_ends_run_and_stop_run(
-    adapter: type[StreamingEngine], scripted: RunningServer, tmp_path: Path
+    adapter: type[StreamingEngine], scripted: ScriptedServer, tmp_path: Path
 ) -> None:
     _script(scripted, "ends", [_bash("echo 1"), _bash("echo 2"), "done"])
     hooks = RecordingHooks()
@@ -192,11 +183,11 @@ async def test_ends_run_and_stop_run(
     outcome = await _engine(adapter, scripted).run(_job("stop", tmp_path), hooks, _ignore)
     assert outcome.status == "failed"
     assert outcome.error is not None and outcome.error.message == "the window is full"
-    assert len([r for r in scripted.model.requests if r["conversation"] == "stop"]) == 1
+    assert len(scripted.requests("stop")) == 1
 
 
 async def test_abort_at_tool_start_runs_no_call(
-    adapter: type[StreamingEngine], scripted: RunningServer, tmp_path: Path
+    adapter: type[StreamingEngine], scripted: ScriptedServer, tmp_path: Path
 ) -> None:
     _script(scripted, "early", [_bash("touch one", "touch two")])
     engine = _engine(adapter, scripted)
@@ -216,7 +207,7 @@ async def _ignore(event: EngineEvent) -> None:
 
 
 async def test_an_abort_while_the_request_is_prepared_sends_no_request(
-    adapter: type[StreamingEngine], scripted: RunningServer, tmp_path: Path
+    adapter: type[StreamingEngine], scripted: ScriptedServer, tmp_path: Path
 ) -> None:
     """The abort lands while the context is assembled (a workspace survey through the exec
     service can take that long): the request must not start, or the abort waits for it."""
@@ -231,7 +222,7 @@ async def test_an_abort_while_the_request_is_prepared_sends_no_request(
 
     outcome = await engine.run(_job("prepared", tmp_path), AbortWhilePreparing(), _ignore)
     assert outcome.status == "aborted"
-    assert not [r for r in scripted.model.requests if r["conversation"] == "prepared"]
+    assert not scripted.requests("prepared")
 
 
 @pytest.mark.parametrize(("should_retry", "attempts"), [("false", 1), ("true", 3)])
@@ -327,14 +318,14 @@ async def test_a_connection_broken_mid_stream_is_retried_only_before_content(
 
 
 async def test_the_run_id_and_api_version_go_with_every_model_request(
-    adapter: type[StreamingEngine], scripted: RunningServer, tmp_path: Path
+    adapter: type[StreamingEngine], scripted: ScriptedServer, tmp_path: Path
 ) -> None:
     _script(scripted, "run-id", [_bash("echo 1"), "done"])
     job = _job("run-id", tmp_path)
     job.run_id = "run-42"
     outcome = await _engine(adapter, scripted).run(job, RecordingHooks(), _ignore)
     assert outcome.status == "completed"
-    sent = [r["headers"] for r in scripted.model.requests if r["conversation"] == "run-id"]
+    sent = [r["headers"] for r in scripted.requests("run-id")]
     assert [h.get("x-corral-run-id") for h in sent] == ["run-42", "run-42"]
     # Both adapters speak the API version of the installed SDK (the reference).
     assert all(h.get("anthropic-version") == ANTHROPIC_API_VERSION for h in sent)

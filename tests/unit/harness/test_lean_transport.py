@@ -10,13 +10,11 @@ import asyncio
 
 import pytest
 
-from corral_dev.scripted import RunningServer
 from corral_harness.engine import lean_engine
 from corral_harness.engine._loop import EngineSettings, StreamingEngine
 from corral_harness.engine.lean_engine import LeanEngine, _direct_client
 
 from . import test_engine_adapter as conformance
-from .test_engine_adapter import scripted  # noqa: F401  (the module's model server)
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -26,8 +24,7 @@ class LeanOverHttpx(LeanEngine):
 
 
 @pytest.fixture
-def adapter(scripted: RunningServer) -> type[StreamingEngine]:  # noqa: F811
-    scripted.model.requests.clear()
+def adapter() -> type[StreamingEngine]:
     return LeanOverHttpx
 
 

@@ -10,14 +10,6 @@ from pathlib import Path
 import pytest
 
 from corral_common.memory import MemoryBackend, PostgresBackend, SqliteBackend
-from tests._postgres import Postgres, running_postgres
-
-
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[Postgres]:
-    with running_postgres() as server:
-        yield server
-
 
 OpenBackend = Callable[[], MemoryBackend]
 

@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
+from corral_operator.builders.podbuilder import build_sandbox
 from corral_operator.driver import DriverState
 from corral_operator.main import parse_args, settings_from
 from corral_operator.planning.approval import decided_on_session, requested_on_session
 from corral_operator.planning.evidence import verdict_on_session
 from corral_operator.planning.session import PlannedEvent
-from corral_operator.podbuilder import build_sandbox
-from corral_operator.store import SessionStatusStore, phase_event
-from tests.unit.operator._fixtures import agent, session
+from corral_operator.session.store import SessionStatusStore, phase_event
+from tests._objects import agent, session
 from tests.unit.operator.test_podbuilder import CREDENTIAL, SETTINGS, TOKEN
 from tests.unit.operator.test_store import FakeKube
 

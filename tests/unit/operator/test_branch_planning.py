@@ -11,37 +11,10 @@ import pytest
 
 from corral_operator.planning.session import plan_session
 from corral_operator.settings import OperatorSettings
-
-from ._fixtures import agent, session
+from tests._objects import agent_body, session_body
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 SETTINGS = OperatorSettings()
-
-
-def _agent_body(name: str = "coder", **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = agent(name, **spec).wire()
-    body["metadata"]["generation"] = 1
-    body["status"] = {
-        "conditions": [
-            {
-                "type": "Ready",
-                "status": "True",
-                "reason": "Validated",
-                "message": "ok",
-                "lastTransitionTime": "2026-11-29T11:00:00Z",
-                "observedGeneration": 1,
-            }
-        ]
-    }
-    return body
-
-
-def _session_body(name: str = "fix-bug", uid: str | None = None, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = session(name, **spec).wire()
-    if uid is not None:
-        body["metadata"]["uid"] = uid
-    body["status"] = {}
-    return body
 
 
 def _failed(plan: Any) -> tuple[str, str]:
@@ -55,7 +28,7 @@ def _workspace(**kw: str) -> dict[str, str]:
 
 def test_a_session_on_main_with_the_default_patterns_fails_before_a_pod_exists() -> None:
     plan = plan_session(
-        _session_body(workspace=_workspace(branch="main")), _agent_body(), None, SETTINGS, NOW
+        session_body(workspace=_workspace(branch="main")), agent_body(), None, SETTINGS, NOW
     )
     assert plan.status["phase"] == "Failed"
     reason, message = _failed(plan)
@@ -67,11 +40,11 @@ def test_a_session_on_main_with_the_default_patterns_fails_before_a_pod_exists()
 
 
 def test_the_default_session_branch_matches_the_default_patterns() -> None:
-    plan = plan_session(_session_body(), _agent_body(), None, SETTINGS, NOW)
+    plan = plan_session(session_body(), agent_body(), None, SETTINGS, NOW)
     assert plan.create_sandbox, plan.status
     named = plan_session(
-        _session_body(workspace=_workspace(branch="corral/topic/x")),
-        _agent_body(),
+        session_body(workspace=_workspace(branch="corral/topic/x")),
+        agent_body(),
         None,
         SETTINGS,
         NOW,
@@ -80,8 +53,8 @@ def test_the_default_session_branch_matches_the_default_patterns() -> None:
 
 
 def test_an_unset_branch_outside_the_agents_patterns_names_the_default() -> None:
-    only_feature = _agent_body(workspace={"branches": ["feature/*"]})
-    plan = plan_session(_session_body(), only_feature, None, SETTINGS, NOW)
+    only_feature = agent_body(workspace={"branches": ["feature/*"]})
+    plan = plan_session(session_body(), only_feature, None, SETTINGS, NOW)
     reason, message = _failed(plan)
     assert reason == "InvalidSpec"
     assert "'corral/fix-bug' is outside" in message and "feature/*" in message
@@ -101,8 +74,8 @@ def test_an_unset_branch_outside_the_agents_patterns_names_the_default() -> None
 )
 def test_the_agents_patterns_decide(patterns: list[str], branch: str, allowed: bool) -> None:
     plan = plan_session(
-        _session_body(workspace=_workspace(branch=branch)),
-        _agent_body(workspace={"branches": patterns}),
+        session_body(workspace=_workspace(branch=branch)),
+        agent_body(workspace={"branches": patterns}),
         None,
         SETTINGS,
         NOW,
@@ -115,8 +88,8 @@ def test_the_agents_patterns_decide(patterns: list[str], branch: str, allowed: b
 @pytest.mark.parametrize("ref", ["release", "refs/heads/release", "origin/release"])
 def test_the_branch_the_ref_names_is_never_the_session_branch(ref: str) -> None:
     plan = plan_session(
-        _session_body(workspace=_workspace(ref=ref, branch="release")),
-        _agent_body(workspace={"branches": ["**"]}),
+        session_body(workspace=_workspace(ref=ref, branch="release")),
+        agent_body(workspace={"branches": ["**"]}),
         None,
         SETTINGS,
         NOW,
@@ -129,8 +102,8 @@ def test_the_branch_the_ref_names_is_never_the_session_branch(ref: str) -> None:
 
 def test_a_read_only_session_pushes_nothing_so_has_no_branch_to_check() -> None:
     plan = plan_session(
-        _session_body(readOnly=True),
-        _agent_body(workspace={"branches": ["feature/*"]}),
+        session_body(readOnly=True),
+        agent_body(workspace={"branches": ["feature/*"]}),
         None,
         SETTINGS,
         NOW,
@@ -142,13 +115,13 @@ PARENT_UID = "boss-uid"
 
 
 def _parent() -> dict[str, Any]:
-    body = _session_body("boss", PARENT_UID, agentRef="lead")
+    body = session_body("boss", PARENT_UID, agentRef="lead")
     body["status"] = {"phase": "Running", "turns": 0}
     return body
 
 
 def _child(agent_ref: str) -> dict[str, Any]:
-    return _session_body(
+    return session_body(
         "boss-child-1",
         "child-uid",
         agentRef=agent_ref,
@@ -159,8 +132,8 @@ def _child(agent_ref: str) -> dict[str, Any]:
 def test_a_child_is_held_to_its_own_agents_patterns_not_its_parents() -> None:
     # The parent's Agent allows everything under corral/; the child's own Agent does not
     # allow the child's default branch, so the child fails although its parent would pass.
-    lead = _agent_body("lead", orchestrator=True, children={"agents": ["narrow"]})
-    narrow = _agent_body("narrow", workspace={"branches": ["review/*"]})
+    lead = agent_body("lead", orchestrator=True, children={"agents": ["narrow"]})
+    narrow = agent_body("narrow", workspace={"branches": ["review/*"]})
     plan = plan_session(
         _child("narrow"), narrow, None, SETTINGS, NOW,
         parents=[_parent()], ancestor_agents={"lead": lead},
@@ -174,12 +147,12 @@ def test_a_child_is_held_to_its_own_agents_patterns_not_its_parents() -> None:
 
 def test_a_child_whose_own_agent_allows_its_branch_runs() -> None:
     # The parent's Agent is narrower than the child's: the child's own patterns count.
-    lead = _agent_body(
+    lead = agent_body(
         "lead", orchestrator=True, children={"agents": ["coder"]},
         workspace={"branches": ["lead/*"]},
     )  # fmt: skip
     plan = plan_session(
-        _child("coder"), _agent_body(), None, SETTINGS, NOW,
+        _child("coder"), agent_body(), None, SETTINGS, NOW,
         parents=[_parent()], ancestor_agents={"lead": lead},
     )  # fmt: skip
     assert plan.create_sandbox, plan.status

@@ -12,10 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from corral_operator.podbuilder import build_pod
+from corral_operator.builders.podbuilder import build_pod
 from corral_operator.settings import OperatorSettings
-
-from ._fixtures import agent, session
+from tests._objects import agent, session
 
 SETTINGS = OperatorSettings(image="corral/sandbox:test")
 ANYWHERE = {"branches": ["**"]}  # patterns that let only the ref rule refuse

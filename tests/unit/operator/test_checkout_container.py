@@ -18,11 +18,10 @@ from typing import Any
 import pytest
 
 from corral_dev._node_spec import remap
-from corral_operator.podbuilder import build_pod
+from corral_operator.builders.podbuilder import build_pod
 from corral_operator.settings import OperatorSettings
 from tests._git_http import GitHttp, git_traps, sprung_traps
-
-from ._fixtures import agent, session
+from tests._objects import agent, session
 
 pytestmark = pytest.mark.timeout(60)
 

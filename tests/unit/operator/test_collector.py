@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kopf._cogs.structs import bodies, patches
 
-from corral_operator import collector
+from corral_operator.kopfext import collector
 from corral_operator.metrics import OperatorMetrics
 
 

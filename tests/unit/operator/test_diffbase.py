@@ -6,7 +6,7 @@ from typing import Any, cast
 
 import kopf
 
-from corral_operator.diffbase import LeanAnnotationsDiffBaseStorage, essence_needed
+from corral_operator.kopfext.diffbase import LeanAnnotationsDiffBaseStorage, essence_needed
 
 PREFIX, KEY = "corral.dev", "last-handled-configuration"
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any, cast
 
-from corral_operator import handlers  # noqa: F401  (the loop's module is imported through them)
 from corral_operator.runtime import Runtime
-from corral_operator.sessionloop import DRIVER_RECHECK, SessionLoop
+from corral_operator.session.drive import DRIVER_RECHECK, watch_driver
+from corral_operator.session.loop import SessionLoop
+from corral_operator.session.sandbox import create_ours
 from corral_operator.settings import OperatorSettings
 
 
@@ -26,7 +27,7 @@ def test_a_finished_driver_is_noticed_before_the_recheck() -> None:
         driver = asyncio.create_task(asyncio.sleep(0.05))  # a turn that settles at once
         started = asyncio.get_running_loop().time()
         await asyncio.wait_for(
-            loop._watch_driver(driver, cast(Any, None), Running(), {}), DRIVER_RECHECK / 3
+            watch_driver(loop.ctx, driver, cast(Any, None), Running(), {}), DRIVER_RECHECK / 3
         )
         return asyncio.get_running_loop().time() - started
 
@@ -60,7 +61,7 @@ def test_the_pod_a_pass_created_does_not_wake_the_next_pass() -> None:
         "metadata": {"name": "corral-s1", "namespace": "ns", "labels": {"a": "b"}},
         "spec": {"containers": []},
     }
-    assert asyncio.run(loop._create_ours(manifest, "session-uid", remember=True))
+    assert asyncio.run(create_ours(loop.ctx, manifest, "session-uid", remember=True))
     # The pod's ADDED event carries what the create answered: nothing a pass reads changed.
     assert rt.pods.saw("ns", "corral-s1", dict(api.stored)) is False
     # Its binding changes nothing either; the kubelet's address and readiness do.

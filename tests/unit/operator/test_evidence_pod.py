@@ -9,7 +9,7 @@ import pytest
 
 from corral_api.digest import check_definition_digest
 from corral_api.kinds import Evidence
-from corral_operator.evidencepod import (
+from corral_operator.builders.evidencepod import (
     CHECK_CONTAINER,
     EvidenceSettings,
     EvidenceSpecError,

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from corral_api.digest import action_digest, canonical_json, check_definition_digest
+from corral_api.digest import check_definition_digest
 from corral_api.evidence import verdict_for
 from corral_api.kinds import Evidence, LandingCheck
 from corral_api.labels import EVIDENCE_SESSION, evidence_labels
@@ -26,11 +26,11 @@ from corral_operator.planning.evidence_request import (
     session_needs_agent,
     wanted_for_approval,
 )
+from tests._objects import SESSION_UID, approval
 
 NS = "team-a"
 REPO = "https://git.example/team/repo.git"
 REV = "0123456789abcdef0123456789abcdef01234567"
-SESSION_UID = "0d9c7d5e-1111-2222-3333-444455556666"
 CHECK = {
     "name": "unit",
     "command": "make test",
@@ -63,31 +63,12 @@ def _agent(check: dict[str, Any] | None = None, name: str = "coder") -> dict[str
     return {"metadata": {"name": name, "namespace": NS}, "spec": spec}
 
 
-def _approval(
-    tool: str = "land",
-    arguments: Any = None,
-    *,
-    uid: str = SESSION_UID,
-    decision: str | None = None,
-    digest: str | None = None,
-) -> dict[str, Any]:
-    args = {"revision": REV, "target": "main"} if arguments is None else arguments
-    body: dict[str, Any] = {
-        "apiVersion": "corral.dev/v1alpha1",
-        "kind": "Approval",
-        "metadata": {"name": "fix-bug-land-x1", "namespace": NS},
-        "spec": {
-            "sessionRef": {"name": "fix-bug", "uid": uid},
-            "action": {
-                "tool": tool,
-                "arguments": canonical_json(args),
-                "digest": digest or action_digest(tool, args),
-            },
-        },
-    }
-    if decision is not None:
-        body["status"] = {"decision": decision}
-    return body
+def _approval(tool: str = "land", arguments: Any = None, **kw: Any) -> dict[str, Any]:
+    """fix-bug's Approval of a `tool` call in NS: land's at REV unless `arguments` say otherwise
+    (`kw`: uid, decision, digest)."""
+    return approval(
+        "fix-bug-land-x1", namespace=NS, tool=tool, arguments=arguments, revision=REV, **kw
+    )
 
 
 def _wanted(**kw: Any) -> EvidenceWanted:

@@ -8,8 +8,9 @@ from corral_operator.driver import DriverState
 from corral_operator.driver._state import last_turn_of
 from corral_operator.planning.session import plan_session
 from corral_operator.planning.turns import status_with_driver_state
+from tests._objects import agent_body, session_body
 
-from .test_session_planner import NOW, SETTINGS, _agent, _cond, _finished, _session
+from .test_session_planner import NOW, SETTINGS, _cond, _finished
 
 STAMP = "2026-01-01T00:00:00Z"
 RECEIPT = {
@@ -74,5 +75,7 @@ def test_a_runaway_turn_fails_the_session_with_its_own_reason() -> None:
             "error": "runaway: the turn started more than 200 tool calls",
         }
     }
-    plan = plan_session(_session(_finished("Failed", **failed)), _agent(), None, SETTINGS, NOW)
+    plan = plan_session(
+        session_body(status=_finished("Failed", **failed)), agent_body(), None, SETTINGS, NOW
+    )
     assert _cond(plan.status, "Failed")["reason"] == "TurnRunaway"

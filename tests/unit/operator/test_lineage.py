@@ -13,55 +13,19 @@ from typing import Any
 import pytest
 
 from corral_api.kinds import Budget, Usage
+from corral_operator.budgets import lowest, remainder
 from corral_operator.planning.lineage import (
     Lineage,
     LineageRefusal,
     budget_above_agent,
     derive_lineage,
-    lowest,
-    remainder,
 )
 from corral_operator.planning.session import ownership, plan_session
 from corral_operator.settings import OperatorSettings
-
-from ._fixtures import agent, session
+from tests._objects import SESSION_UID, agent, agent_body, session_body
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 SETTINGS = OperatorSettings()
-UID = "0d9c7d5e-1111-2222-3333-444455556666"
-
-
-def _agent_body(name: str = "coder", **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = agent(name, **spec).wire()
-    body["metadata"]["generation"] = 1
-    body["status"] = {
-        "conditions": [
-            {
-                "type": "Ready",
-                "status": "True",
-                "reason": "Validated",
-                "message": "ok",
-                "lastTransitionTime": "2026-11-29T11:00:00Z",
-                "observedGeneration": 1,
-            }
-        ]
-    }
-    return body
-
-
-def _session_body(
-    name: str = "fix-bug",
-    uid: str = UID,
-    status: dict[str, Any] | None = None,
-    annotations: dict[str, str] | None = None,
-    **spec: Any,
-) -> dict[str, Any]:
-    body: dict[str, Any] = session(name, **spec).wire()
-    body["metadata"]["uid"] = uid
-    if annotations:
-        body["metadata"]["annotations"] = annotations
-    body["status"] = status or {}
-    return body
 
 
 def _cond(status: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -82,7 +46,7 @@ def _parent(
     status: dict[str, Any] = {"phase": "Running", "turns": turns}
     if usage:
         status["usage"] = usage
-    return _session_body(name, uid, status, agent_ref=agent_ref, **spec)
+    return session_body(name, uid, status, agent_ref=agent_ref, **spec)
 
 
 # ------------------------------------------------------------------------------- budgets
@@ -119,8 +83,8 @@ def test_a_budget_above_the_agents_is_invalid_naming_the_field(
         )
         or ""
     )
-    body = _session_body(budget=session_budget)
-    plan = plan_session(body, _agent_body(limits={"budget": agent_budget}), None, SETTINGS, NOW)
+    body = session_body(budget=session_budget)
+    plan = plan_session(body, agent_body(limits={"budget": agent_budget}), None, SETTINGS, NOW)
     assert plan.status["phase"] == "Failed"
     assert field in plan.status["message"]
     assert _cond(plan.status, "Failed")["reason"] == "InvalidSpec"
@@ -141,14 +105,14 @@ def test_a_budget_at_or_below_the_agents_creates_the_sandbox(
 ) -> None:
     spec: dict[str, Any] = {"budget": session_budget} if session_budget else {}
     limits: dict[str, Any] = {"limits": {"budget": agent_budget}} if agent_budget else {}
-    plan = plan_session(_session_body(**spec), _agent_body(**limits), None, SETTINGS, NOW)
+    plan = plan_session(session_body(**spec), agent_body(**limits), None, SETTINGS, NOW)
     assert plan.create_sandbox, plan.status
     assert plan.lineage is not None
 
 
 def test_the_effective_budget_reaches_the_plan() -> None:
-    body = _session_body(budget={"tokens": 500})
-    plan = plan_session(body, _agent_body(limits={"budget": {"costUSD": 1.5}}), None, SETTINGS, NOW)
+    body = session_body(budget={"tokens": 500})
+    plan = plan_session(body, agent_body(limits={"budget": {"costUSD": 1.5}}), None, SETTINGS, NOW)
     assert plan.lineage is not None
     assert (plan.lineage.budget.tokens, plan.lineage.budget.cost_usd) == (500, 1.5)
 
@@ -159,7 +123,7 @@ def test_the_effective_budget_reaches_the_plan() -> None:
 def _child(**kw: Any) -> dict[str, Any]:
     spec: dict[str, Any] = {"parentRef": {"name": "boss", "uid": "boss-uid"}}
     spec.update(kw.pop("spec", {}))
-    return _session_body("boss-child-1", "child-uid", kw.pop("status", None), **spec, **kw)
+    return session_body("boss-child-1", "child-uid", kw.pop("status", None), **spec, **kw)
 
 
 def _plan_child(
@@ -170,7 +134,7 @@ def _plan_child(
 ) -> Any:
     return plan_session(
         child,
-        own_agent or _agent_body(),
+        own_agent or agent_body(),
         None,
         SETTINGS,
         NOW,
@@ -179,7 +143,7 @@ def _plan_child(
     )
 
 
-LEAD = _agent_body("lead", orchestrator=True, limits={"maxTurns": 10})
+LEAD = agent_body("lead", orchestrator=True, limits={"maxTurns": 10})
 
 
 def test_a_child_under_its_parents_agent_runs() -> None:
@@ -199,13 +163,13 @@ def test_a_child_under_another_agent_is_refused_naming_agent_ref() -> None:
 
 
 def test_a_child_under_an_agent_its_parents_agent_lists_runs() -> None:
-    lead = _agent_body("lead", orchestrator=True, children={"agents": ["coder"]})
+    lead = agent_body("lead", orchestrator=True, children={"agents": ["coder"]})
     plan = _plan_child(_child(), [_parent()], {"lead": lead})
     assert plan.create_sandbox, plan.status
 
 
 def test_a_parent_that_is_no_orchestrator_has_no_children() -> None:
-    plain = _agent_body("lead", children={"agents": ["coder"]})
+    plain = agent_body("lead", children={"agents": ["coder"]})
     plan = _plan_child(_child(), [_parent()], {"lead": plain})
     assert plan.status["phase"] == "Failed"
     assert "not an orchestrator" in plan.status["message"]
@@ -234,7 +198,7 @@ def test_a_missing_ancestor_agent_holds_the_child() -> None:
 
 def _chain(depth: int, max_depth: int = 3) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """`depth` ancestors, nearest first, all under one orchestrator Agent."""
-    lead = _agent_body("lead", orchestrator=True, limits={"maxDepth": max_depth})
+    lead = agent_body("lead", orchestrator=True, limits={"maxDepth": max_depth})
     parents = []
     for level in range(depth, 0, -1):
         ref = {"parentRef": {"name": f"s{level - 1}", "uid": f"u{level - 1}"}} if level > 1 else {}
@@ -248,7 +212,7 @@ def test_depth_is_derived_from_the_chain_against_the_root_agents_max_depth(
     depth: int, max_depth: int, ok: bool
 ) -> None:
     parents, lead = _chain(depth, max_depth)
-    child = _session_body(
+    child = session_body(
         "leaf",
         "leaf-uid",
         agent_ref="lead",
@@ -268,7 +232,7 @@ def test_depth_is_derived_from_the_chain_against_the_root_agents_max_depth(
 
 def test_a_chain_deeper_than_the_hard_cap_is_refused() -> None:
     parents, lead = _chain(4)
-    child = _session_body(
+    child = session_body(
         "leaf", "leaf-uid", agent_ref="lead", parentRef={"name": "s4", "uid": "u4"}
     )
     outcome = derive_lineage(child, agent("lead", orchestrator=True).spec, parents, {"lead": lead})
@@ -278,7 +242,7 @@ def test_a_chain_deeper_than_the_hard_cap_is_refused() -> None:
 def test_a_looping_chain_is_refused() -> None:
     a = _parent("a", "ua", parentRef={"name": "b", "uid": "ub"})
     b = _parent("b", "ub", parentRef={"name": "a", "uid": "ua"})
-    child = _session_body("c", "uc", agent_ref="lead", parentRef={"name": "a", "uid": "ua"})
+    child = session_body("c", "uc", agent_ref="lead", parentRef={"name": "a", "uid": "ua"})
     outcome = derive_lineage(child, agent("lead").spec, [a, b, a], {"lead": LEAD})
     assert isinstance(outcome, LineageRefusal) and "loops" in outcome.message
 
@@ -299,7 +263,7 @@ def test_the_max_turns_annotation_can_only_lower_the_cap() -> None:
 def test_turns_left_are_carried_down_the_whole_chain() -> None:
     root = _parent("s1", "u1", turns=8)  # 10 - 8 = 2 left
     middle = _parent("s2", "u2", turns=0, parentRef={"name": "s1", "uid": "u1"})
-    child = _session_body(
+    child = session_body(
         "leaf", "leaf-uid", agent_ref="lead", parentRef={"name": "s2", "uid": "u2"}
     )
     outcome = derive_lineage(child, agent("lead").spec, [middle, root], {"lead": LEAD})
@@ -316,7 +280,7 @@ def test_a_child_whose_parent_has_no_turns_left_fails() -> None:
 
 def test_a_session_at_its_turn_cap_is_not_driven_again() -> None:
     status = {"phase": "WaitingForChildren", "podName": "corral-fix-bug", "turns": 10}
-    body = _session_body(status=status, agent_ref="lead")
+    body = session_body(status=status, agent_ref="lead")
     plan = plan_session(body, LEAD, _ready_pod(), SETTINGS, NOW, [])
     assert not plan.drive
     assert plan.status["phase"] == "Failed"
@@ -324,7 +288,7 @@ def test_a_session_at_its_turn_cap_is_not_driven_again() -> None:
 
 
 def test_a_childs_budget_is_its_parents_remainder_at_most() -> None:
-    lead = _agent_body("lead", orchestrator=True, limits={"budget": {"tokens": 1000}})
+    lead = agent_body("lead", orchestrator=True, limits={"budget": {"tokens": 1000}})
     used = {"inputTokens": 600, "outputTokens": 100, "cost": 0.2}
     parent = _parent(usage=used, budget={"costUSD": 1.0})
     child = _child(spec={"agentRef": "lead", "budget": {"tokens": 900}})
@@ -335,7 +299,7 @@ def test_a_childs_budget_is_its_parents_remainder_at_most() -> None:
 
 
 def test_a_child_of_a_parent_with_a_spent_budget_fails_budget_exceeded() -> None:
-    lead = _agent_body("lead", orchestrator=True, limits={"budget": {"tokens": 100}})
+    lead = agent_body("lead", orchestrator=True, limits={"budget": {"tokens": 100}})
     parent = _parent(usage={"inputTokens": 100})
     plan = _plan_child(_child(spec={"agentRef": "lead"}), [parent], {"lead": lead}, lead)
     assert plan.status["phase"] == "Failed"
@@ -346,7 +310,7 @@ def test_a_child_of_a_parent_with_a_spent_budget_fails_budget_exceeded() -> None
 # ------------------------------------------------------------------------------- adoption
 
 
-def _ready_pod(owner: str = UID, **ref: Any) -> dict[str, Any]:
+def _ready_pod(owner: str = SESSION_UID, **ref: Any) -> dict[str, Any]:
     reference = {
         "apiVersion": "corral.dev/v1alpha1",
         "kind": "Session",
@@ -373,7 +337,7 @@ OURS = [
         "apiVersion": "corral.dev/v1alpha1",
         "kind": "Session",
         "name": "fix-bug",
-        "uid": UID,
+        "uid": SESSION_UID,
         "controller": True,
     }
 ]
@@ -391,7 +355,9 @@ OURS = [
     ],
 )
 def test_ownership(refs: list[dict[str, Any]] | None, verdict: str) -> None:
-    assert ownership(_object("Secret", "corral-fix-bug-wire", refs), "fix-bug", UID) == verdict
+    assert (
+        ownership(_object("Secret", "corral-fix-bug-wire", refs), "fix-bug", SESSION_UID) == verdict
+    )
 
 
 @pytest.mark.parametrize(
@@ -400,7 +366,7 @@ def test_ownership(refs: list[dict[str, Any]] | None, verdict: str) -> None:
 )
 def test_a_foreign_object_in_the_way_fails_the_session_naming_it(kind: str, name: str) -> None:
     existing = {kind: _object(kind, name, None)}
-    plan = plan_session(_session_body(), _agent_body(), None, SETTINGS, NOW, existing=existing)
+    plan = plan_session(session_body(), agent_body(), None, SETTINGS, NOW, existing=existing)
     assert plan.status["phase"] == "Failed"
     assert f"{kind} {name}" in plan.status["message"]
     assert "not owned by this Session" in plan.status["message"]
@@ -410,19 +376,19 @@ def test_a_foreign_object_in_the_way_fails_the_session_naming_it(kind: str, name
 
 def test_a_foreign_pod_is_neither_used_nor_deleted() -> None:
     stranger = _ready_pod(owner="someone", name="someone", kind="ReplicaSet", apiVersion="apps/v1")
-    plan = plan_session(_session_body(), _agent_body(), stranger, SETTINGS, NOW)
+    plan = plan_session(session_body(), agent_body(), stranger, SETTINGS, NOW)
     assert plan.status["phase"] == "Failed"
     assert "Pod corral-fix-bug" in plan.status["message"]
     assert not plan.drive and not plan.delete_pod
     # Once failed, the next pass leaves the stranger's pod alone.
-    again = plan_session(_session_body(status=plan.status), _agent_body(), stranger, SETTINGS, NOW)
+    again = plan_session(session_body(status=plan.status), agent_body(), stranger, SETTINGS, NOW)
     assert not again.delete_pod
 
 
 def test_objects_of_an_earlier_session_with_the_name_are_waited_out() -> None:
     earlier = [{**OURS[0], "uid": "earlier-uid"}]
     existing = {"Secret": _object("Secret", "corral-fix-bug-wire", earlier)}
-    plan = plan_session(_session_body(), _agent_body(), None, SETTINGS, NOW, existing=existing)
+    plan = plan_session(session_body(), agent_body(), None, SETTINGS, NOW, existing=existing)
     assert plan.status["phase"] == "Pending"
     assert _cond(plan.status, "Progressing")["reason"] == "SandboxConflict"
     assert plan.requeue_after == 1.0 and not plan.create_sandbox
@@ -433,9 +399,9 @@ def test_our_own_objects_are_used() -> None:
         "Secret": _object("Secret", "corral-fix-bug-wire", OURS),
         "NetworkPolicy": _object("NetworkPolicy", "corral-fix-bug", OURS),
     }
-    plan = plan_session(_session_body(), _agent_body(), None, SETTINGS, NOW, existing=existing)
+    plan = plan_session(session_body(), agent_body(), None, SETTINGS, NOW, existing=existing)
     assert plan.create_sandbox
-    plan = plan_session(_session_body(), _agent_body(), _ready_pod(), SETTINGS, NOW)
+    plan = plan_session(session_body(), agent_body(), _ready_pod(), SETTINGS, NOW)
     assert plan.drive and plan.pod_ip == "127.0.3.4"
 
 
@@ -455,15 +421,15 @@ def test_a_turn_failed_for_the_budget_ends_budget_exceeded_and_the_reason_stays(
             "error": "budget_exceeded_error: the session's token budget is spent",
         },
     }
-    plan = plan_session(_session_body(status=status), _agent_body(), None, SETTINGS, NOW)
+    plan = plan_session(session_body(status=status), agent_body(), None, SETTINGS, NOW)
     assert _cond(plan.status, "Failed")["reason"] == "BudgetExceeded"
 
 
 def test_the_reason_a_session_ended_with_is_kept_on_later_passes() -> None:
-    body = _session_body(workspace={"repo": "https://x/r.git", "ref": "-evil"})
-    first = plan_session(body, _agent_body(), None, SETTINGS, NOW)
+    body = session_body(workspace={"repo": "https://x/r.git", "ref": "-evil"})
+    first = plan_session(body, agent_body(), None, SETTINGS, NOW)
     assert _cond(first.status, "Failed")["reason"] == "InvalidSpec"
     body["status"] = first.status
-    again = plan_session(body, _agent_body(), None, SETTINGS, NOW)
+    again = plan_session(body, agent_body(), None, SETTINGS, NOW)
     assert _cond(again.status, "Failed")["reason"] == "InvalidSpec"
     assert not again.status_changed

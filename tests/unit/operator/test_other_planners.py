@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from corral_api.kinds import AdmissionLedger, SettlementRecord, Usage
+from corral_operator.builders.evidencepod import build_evidence_pod
 from corral_operator.driver import DriverState
-from corral_operator.evidencepod import build_evidence_pod
 from corral_operator.planning.agent import agent_ready, plan_agent, validate_agent_spec
 from corral_operator.planning.approval import check_approval
 from corral_operator.planning.evidence import plan_evidence

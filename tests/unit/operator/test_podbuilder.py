@@ -16,7 +16,7 @@ import pytest
 
 from corral_api.kinds import Budget
 from corral_operator import naming
-from corral_operator.podbuilder import (
+from corral_operator.builders.podbuilder import (
     SandboxSpecError,
     build_network_policy,
     build_pod,
@@ -26,8 +26,7 @@ from corral_operator.podbuilder import (
     resolve_repo,
 )
 from corral_operator.settings import EgressTarget, OperatorSettings
-
-from ._fixtures import agent, session
+from tests._objects import agent, session
 
 TOKEN = "w" * 43
 CREDENTIAL = "c" * 43

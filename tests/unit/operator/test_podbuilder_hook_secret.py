@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from corral_operator.podbuilder import HOOK_SECRET_DIR, build_pod
+from corral_operator.builders.podbuilder import HOOK_SECRET_DIR, build_pod
 from corral_operator.settings import OperatorSettings
-
-from ._fixtures import agent, session
+from tests._objects import agent, session
 
 SETTINGS = OperatorSettings(image="corral/sandbox:test", operator_namespace="corral-system")
 

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
+from corral_operator.builders.podbuilder import MEMORY_DSN_KEY, build_sandbox
 from corral_operator.main import parse_args, settings_from
-from corral_operator.podbuilder import MEMORY_DSN_KEY, build_sandbox
+from tests._objects import agent, session
 
-from ._fixtures import agent, session
 from .test_podbuilder import CREDENTIAL, SETTINGS, TOKEN
 
 DSN = "postgresql://corral:s3cret-pw@198.18.5.5:5432/corral"

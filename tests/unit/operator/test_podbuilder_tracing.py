@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from corral_operator.builders.podbuilder import build_sandbox
 from corral_operator.main import parse_args, settings_from
-from corral_operator.podbuilder import build_sandbox
+from tests._objects import agent, session
 
-from ._fixtures import agent, session
 from .test_podbuilder import CREDENTIAL, SETTINGS, TOKEN
 
 COLLECTOR = "http://198.18.7.7:4318"

@@ -7,15 +7,8 @@ import json
 from typing import Any
 
 from corral_operator import naming
-from corral_operator.planning.pool import (
-    adoptable,
-    claim_patch,
-    plan_pool,
-    pool_size,
-    warm_refusal,
-)
-from corral_operator.podbuilder import build_pod, owner_reference, sandbox_labels
-from corral_operator.poolpod import (
+from corral_operator.builders.podbuilder import build_pod, owner_reference, sandbox_labels
+from corral_operator.builders.poolpod import (
     ADOPT_KEY_ENV,
     ANNOTATION_DIGEST,
     LABEL_POOL,
@@ -23,9 +16,15 @@ from corral_operator.poolpod import (
     build_pool_network_policy,
     build_pool_pod,
 )
+from corral_operator.planning.pool import (
+    adoptable,
+    claim_patch,
+    plan_pool,
+    pool_size,
+    warm_refusal,
+)
 from corral_operator.settings import OperatorSettings
-
-from ._fixtures import agent, session
+from tests._objects import agent, session
 
 SETTINGS = OperatorSettings(image="corral/sandbox:test", operator_namespace="corral-system")
 HARNESS_KEY, CUSTODIAN_KEY = "h" * 43, "k" * 43

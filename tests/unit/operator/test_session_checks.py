@@ -17,13 +17,14 @@ from corral_operator.planning._session_checks import (
     decide_session,
 )
 from corral_operator.planning._session_inputs import SessionInputs
+from tests._objects import SESSION_UID, agent_body, approval_decision, sandbox_pod, session_body
 
-from .test_lineage import _agent_body, _child, _parent
-from .test_session_planner import NOW, SESSION_UID, SETTINGS, _agent, _pod, _session
+from .test_lineage import _child, _parent
+from .test_session_planner import NOW, SETTINGS
 
 FROZEN = FrozenBy(freeze="audit", scope="namespace team-a", reason="the quarterly audit")
 LEDGER = {"streamUrl": "/u", "offset": 0, "submissionId": "sub-1", "turn": 2}
-LEAD = _agent_body("lead", orchestrator=True, limits={"maxTurns": 10})
+LEAD = agent_body("lead", orchestrator=True, limits={"maxTurns": 10})
 WAKE = {"afterSeconds": 60, "message": "Wake up."}
 _READY_AGENT = object()
 
@@ -36,13 +37,15 @@ def _inputs(
     spec: dict[str, Any] | None = None,
     **kw: Any,
 ) -> SessionInputs:
-    agent_body = _agent() if agent is _READY_AGENT else agent
-    return SessionInputs(_session(status, **(spec or {})), agent_body, pod, SETTINGS, NOW, **kw)
+    body = agent_body() if agent is _READY_AGENT else agent
+    return SessionInputs(
+        session_body(status=status, **(spec or {})), body, pod, SETTINGS, NOW, **kw
+    )
 
 
 def _serving(status: dict[str, Any] | None = None, **kw: Any) -> SessionInputs:
     """Inputs whose pod is ready and has an IP: the harness serves."""
-    return _inputs(status, pod=_pod(True), **kw)
+    return _inputs(status, pod=sandbox_pod(True), **kw)
 
 
 def _running(**status: Any) -> dict[str, Any]:
@@ -55,9 +58,9 @@ def _ended(**status: Any) -> dict[str, Any]:
 
 
 def _invalid_spec() -> SessionInputs:
-    body = _session()
+    body = session_body()
     body["spec"]["task"] = ""
-    return SessionInputs(body, _agent(), None, SETTINGS, NOW)
+    return SessionInputs(body, agent_body(), None, SETTINGS, NOW)
 
 
 def _owned_by(uid: str, name: str = "fix-bug") -> dict[str, Any]:
@@ -111,7 +114,7 @@ def test_objects_not_ours_fails_naming_them() -> None:
 
 
 def test_objects_not_ours_counts_the_pod_too() -> None:
-    pod = _pod(True, owner="replica-set-uid")
+    pod = sandbox_pod(True, owner="replica-set-uid")
     pod["metadata"]["ownerReferences"][0]["kind"] = "ReplicaSet"
     decision = _decided(checks.objects_not_ours, _inputs(pod=pod))
     assert "Pod corral-fix-bug already exists and is not owned" in (decision.status.message or "")
@@ -156,7 +159,7 @@ def test_ended_keeps_the_pod_with_keep_sandbox() -> None:
 
 
 def test_ended_never_releases_a_pod_that_is_not_ours() -> None:
-    decision = _decided(checks.ended, _inputs(_ended(), pod=_pod(True, owner="someone")))
+    decision = _decided(checks.ended, _inputs(_ended(), pod=sandbox_pod(True, owner="someone")))
     assert not decision.delete_pod and decision.sandbox == "released"
 
 
@@ -171,13 +174,13 @@ def test_agent_missing_holds_the_session_pending() -> None:
 
 
 def test_agent_not_ready_holds_the_session_saying_why() -> None:
-    decision = _decided(checks.agent_not_ready, _inputs(agent=_agent(False)))
+    decision = _decided(checks.agent_not_ready, _inputs(agent=agent_body(ready=False)))
     assert decision.reason == R.AGENT_NOT_READY and decision.requeue_after == 5.0
     assert decision.status.message == "Agent 'coder' is not ready: tools.deny has '*'"
 
 
 def test_agent_invalid_fails_when_the_agent_does_not_validate() -> None:
-    agent = _agent()
+    agent = agent_body()
     agent["spec"] = {**agent["spec"], "nonsense": True}
     decision = _decided(checks.agent_invalid, _inputs(agent=agent))
     assert decision.reason == R.INVALID_SPEC and decision.status.phase == "Failed"
@@ -193,7 +196,7 @@ def test_agent_invalid_fails_when_no_sandbox_pod_can_be_built() -> None:
 
 def test_budget_above_agent_fails() -> None:
     inputs = _inputs(
-        agent=_agent(limits={"budget": {"tokens": 100}}), spec={"budget": {"tokens": 500}}
+        agent=agent_body(limits={"budget": {"tokens": 100}}), spec={"budget": {"tokens": 500}}
     )
     decision = _decided(checks.budget_above_agent, inputs)
     assert decision.reason == R.INVALID_SPEC
@@ -237,13 +240,13 @@ def test_pod_lost_fails_a_session_that_had_one() -> None:
 
 
 def test_pod_terminating_waits_for_it_to_go() -> None:
-    decision = _decided(checks.pod_terminating, _inputs(pod=_pod(True, deleting=True)))
+    decision = _decided(checks.pod_terminating, _inputs(pod=sandbox_pod(True, deleting=True)))
     assert decision.reason is None and decision.requeue_after == 1.0
     assert decision.sandbox == "absent" and not decision.create_sandbox
 
 
 def test_no_turn_to_start_fails_before_the_sandbox() -> None:
-    inputs = _inputs({"phase": "Pending", "turns": 1}, agent=_agent(limits={"maxTurns": 1}))
+    inputs = _inputs({"phase": "Pending", "turns": 1}, agent=agent_body(limits={"maxTurns": 1}))
     decision = _decided(checks.no_turn_to_start, inputs)
     assert decision.reason == R.TURN_LIMIT_REACHED and decision.sandbox == "released"
     assert decision.status.message == "no turn left: 1 of 1 used"
@@ -256,7 +259,7 @@ def test_frozen_before_start_creates_nothing() -> None:
 
 
 def test_budget_spent_before_start_fails_a_child_of_a_spent_parent() -> None:
-    lead = _agent_body("lead", orchestrator=True, limits={"budget": {"tokens": 100}})
+    lead = agent_body("lead", orchestrator=True, limits={"budget": {"tokens": 100}})
     parent = _parent(usage={"inputTokens": 100})
     inputs = SessionInputs(
         _child(spec={"agentRef": "lead"}), lead, None, SETTINGS, NOW,
@@ -285,14 +288,14 @@ def test_create_sandbox_creates_the_pod_and_says_so() -> None:
 
 
 def test_sandbox_starting_waits_for_the_harness() -> None:
-    decision = _decided(checks.sandbox_starting, _inputs(pod=_pod(False)))
+    decision = _decided(checks.sandbox_starting, _inputs(pod=sandbox_pod(False)))
     assert decision.reason == R.CREATING_SANDBOX and decision.sandbox == "starting"
     assert decision.requeue_after == checks.STARTING_RECHECK
     assert decision.harness_url is None
 
 
 def test_sandbox_starting_after_the_first_turn_gives_no_reason_of_its_own() -> None:
-    decision = _decided(checks.sandbox_starting, _inputs(_running(), pod=_pod(False)))
+    decision = _decided(checks.sandbox_starting, _inputs(_running(), pod=sandbox_pod(False)))
     assert decision.reason is None and decision.status.phase == "Running"
 
 
@@ -335,15 +338,8 @@ def test_waiting_for_children_comes_back_while_one_runs() -> None:
     assert decision.status.children is not None and decision.status.children.running == 1
 
 
-def _approval(decision: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"spec": {"sessionRef": {"name": "fix-bug", "uid": SESSION_UID}}}
-    if decision:
-        body["status"] = {"decision": decision}
-    return body
-
-
 def test_waiting_for_human_comes_back_while_its_approval_is_pending() -> None:
-    inputs = _serving(_running(phase="WaitingForHuman"), approvals=[_approval(None)])
+    inputs = _serving(_running(phase="WaitingForHuman"), approvals=[approval_decision(None)])
     decision = _decided(checks.waiting_for_human, inputs)
     assert decision.requeue_after == checks.WAIT_RECHECK and decision.harness_url is None
 
@@ -355,7 +351,7 @@ def test_waiting_for_human_comes_back_while_a_question_has_no_reply() -> None:
 
 
 def test_turn_limit_reached_fails_instead_of_one_turn_too_many() -> None:
-    inputs = _serving(_running(), agent=_agent(limits={"maxTurns": 1}))
+    inputs = _serving(_running(), agent=agent_body(limits={"maxTurns": 1}))
     decision = _decided(checks.turn_limit_reached, inputs)
     assert decision.reason == R.TURN_LIMIT_REACHED and decision.status.phase == "Failed"
     assert decision.harness_url is None
@@ -389,15 +385,15 @@ PASSES: list[tuple[SessionCheck, SessionInputs]] = [
     (checks.lineage_refused, _inputs()),
     (checks.lineage_refused, _child_inputs([_parent()], {"lead": LEAD})),
     (checks.pod_lost, _inputs({"phase": "Pending", "podName": "corral-fix-bug"})),
-    (checks.pod_lost, _inputs(_running(), pod=_pod(False))),
+    (checks.pod_lost, _inputs(_running(), pod=sandbox_pod(False))),
     (checks.pod_terminating, _inputs()),
-    (checks.pod_terminating, _inputs(pod=_pod(False))),
-    (checks.no_turn_to_start, _inputs({"turns": 1}, agent=_agent(limits={"maxTurns": 2}))),
-    (checks.no_turn_to_start, _serving(_running(), agent=_agent(limits={"maxTurns": 1}))),
+    (checks.pod_terminating, _inputs(pod=sandbox_pod(False))),
+    (checks.no_turn_to_start, _inputs({"turns": 1}, agent=agent_body(limits={"maxTurns": 2}))),
+    (checks.no_turn_to_start, _serving(_running(), agent=agent_body(limits={"maxTurns": 1}))),
     (checks.frozen_before_start, _inputs()),
-    (checks.frozen_before_start, _inputs(pod=_pod(False), frozen_by=FROZEN)),
+    (checks.frozen_before_start, _inputs(pod=sandbox_pod(False), frozen_by=FROZEN)),
     (checks.budget_spent_before_start, _inputs(spec={"budget": {"tokens": 10}})),
-    (checks.create_sandbox, _inputs(pod=_pod(False))),
+    (checks.create_sandbox, _inputs(pod=sandbox_pod(False))),
     (checks.sandbox_starting, _serving()),
     (checks.frozen_in_flight, _serving(_running(ledger=LEDGER))),
     (checks.frozen_in_flight, _serving(frozen_by=FROZEN)),
@@ -413,7 +409,7 @@ PASSES: list[tuple[SessionCheck, SessionInputs]] = [
     (checks.waiting_for_children, _serving(_running())),
     (
         checks.waiting_for_human,
-        _serving(_running(phase="WaitingForHuman"), approvals=[_approval("Approved")]),
+        _serving(_running(phase="WaitingForHuman"), approvals=[approval_decision("Approved")]),
     ),
     (
         checks.waiting_for_human,
@@ -422,10 +418,10 @@ PASSES: list[tuple[SessionCheck, SessionInputs]] = [
         ),
     ),
     (checks.waiting_for_human, _serving(_running(phase="WaitingForHuman", ledger=LEDGER))),
-    (checks.turn_limit_reached, _serving(_running(), agent=_agent(limits={"maxTurns": 2}))),
+    (checks.turn_limit_reached, _serving(_running(), agent=agent_body(limits={"maxTurns": 2}))),
     (
         checks.turn_limit_reached,
-        _serving(_running(ledger=LEDGER), agent=_agent(limits={"maxTurns": 1})),
+        _serving(_running(ledger=LEDGER), agent=agent_body(limits={"maxTurns": 1})),
     ),
 ]
 
@@ -483,7 +479,7 @@ def test_the_chain_is_in_the_documented_order() -> None:
         (
             SessionInputs(
                 _invalid_spec().body,
-                _agent(),
+                agent_body(),
                 None,
                 SETTINGS,
                 NOW,
@@ -500,13 +496,13 @@ def test_the_chain_is_in_the_documented_order() -> None:
         ),
         # A lost pod is said before the turn limit.
         (
-            _inputs(_running(), agent=_agent(limits={"maxTurns": 1})),
+            _inputs(_running(), agent=agent_body(limits={"maxTurns": 1})),
             R.SANDBOX_LOST,
             checks.no_turn_to_start,
         ),
         # No turn left before the sandbox is said before a freeze.
         (
-            _inputs({"turns": 1}, agent=_agent(limits={"maxTurns": 1}), frozen_by=FROZEN),
+            _inputs({"turns": 1}, agent=agent_body(limits={"maxTurns": 1}), frozen_by=FROZEN),
             R.TURN_LIMIT_REACHED,
             checks.frozen_before_start,
         ),

@@ -12,65 +12,10 @@ from corral_operator.planning.patch import merge_patch
 from corral_operator.planning.session import SandboxState, plan_session, pod_is_ready
 from corral_operator.planning.turns import status_with_driver_state
 from corral_operator.settings import OperatorSettings
-
-from ._fixtures import agent, session
+from tests._objects import agent_body, approval_decision, sandbox_pod, session_body
 
 NOW = datetime(2026, 11, 29, 12, 0, 0, tzinfo=UTC)
 SETTINGS = OperatorSettings()
-
-
-def _session(status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = session(**spec).wire()
-    body["status"] = status or {}
-    return body
-
-
-def _agent(ready: bool = True, **spec: Any) -> dict[str, Any]:
-    body: dict[str, Any] = agent(**spec).wire()
-    body["metadata"]["generation"] = 1
-    body["status"] = {
-        "conditions": [
-            {
-                "type": "Ready",
-                "status": "True" if ready else "False",
-                "reason": "Validated" if ready else "InvalidSpec",
-                "message": "ok" if ready else "tools.deny has '*'",
-                "lastTransitionTime": "2026-11-29T11:00:00Z",
-                "observedGeneration": 1,
-            }
-        ]
-    }
-    return body
-
-
-SESSION_UID = "0d9c7d5e-1111-2222-3333-444455556666"
-
-
-def _pod(
-    ready: bool, ip: str = "127.0.3.4", deleting: bool = False, owner: str = SESSION_UID
-) -> dict[str, Any]:
-    md: dict[str, Any] = {
-        "name": "corral-fix-bug",
-        "uid": "pod-uid",
-        "ownerReferences": [
-            {
-                "apiVersion": "corral.dev/v1alpha1",
-                "kind": "Session",
-                "name": "fix-bug",
-                "uid": owner,
-                "controller": True,
-            }
-        ],
-    }
-    if deleting:
-        md["deletionTimestamp"] = "2026-11-29T11:59:00Z"
-    return {
-        "metadata": md,
-        "status": {
-            "podIP": ip if ready else None,
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        },
-    }
 
 
 def _cond(status: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -78,7 +23,7 @@ def _cond(status: dict[str, Any], type_: str) -> dict[str, Any]:
 
 
 def test_new_session_creates_its_sandbox() -> None:
-    plan = plan_session(_session(), _agent(), None, SETTINGS, NOW)
+    plan = plan_session(session_body(), agent_body(), None, SETTINGS, NOW)
     assert plan.create_sandbox and not plan.drive
     assert plan.status["podName"] == "corral-fix-bug"
     assert plan.status["phase"] == "Pending"
@@ -90,49 +35,57 @@ def test_new_session_creates_its_sandbox() -> None:
 
 
 def test_the_pass_that_sees_the_pod_starting_writes_nothing_new() -> None:
-    created = plan_session(_session(), _agent(), None, SETTINGS, NOW)
-    body = _session()
+    created = plan_session(session_body(), agent_body(), None, SETTINGS, NOW)
+    body = session_body()
     body["status"] = created.status
-    seen = plan_session(body, _agent(), _pod(False), SETTINGS, NOW)
+    seen = plan_session(body, agent_body(), sandbox_pod(False), SETTINGS, NOW)
     assert not seen.status_changed and not seen.events
 
 
 def test_ready_pod_lets_the_driver_run_at_the_pod_ip() -> None:
-    plan = plan_session(_session(), _agent(), _pod(True), SETTINGS, NOW)
+    plan = plan_session(session_body(), agent_body(), sandbox_pod(True), SETTINGS, NOW)
     assert plan.harness_url == "http://127.0.3.4:8080"
     assert _cond(plan.status, "Ready")["status"] == "True"
     assert not plan.create_sandbox
 
 
 def test_pod_without_ip_or_ready_waits() -> None:
-    plan = plan_session(_session(), _agent(), _pod(False), SETTINGS, NOW)
+    plan = plan_session(session_body(), agent_body(), sandbox_pod(False), SETTINGS, NOW)
     assert not plan.drive and not plan.create_sandbox
     assert _cond(plan.status, "Ready")["reason"] == "SandboxStarting"
-    assert pod_is_ready(_pod(True)) and not pod_is_ready(_pod(True, deleting=True))
+    assert pod_is_ready(sandbox_pod(True)) and not pod_is_ready(sandbox_pod(True, deleting=True))
 
 
 def test_status_unchanged_means_no_patch_and_stable_transition_times() -> None:
-    first = plan_session(_session(), _agent(), _pod(True), SETTINGS, NOW)
+    first = plan_session(session_body(), agent_body(), sandbox_pod(True), SETTINGS, NOW)
     again = plan_session(
-        _session(first.status), _agent(), _pod(True), SETTINGS, NOW + timedelta(minutes=5)
+        session_body(status=first.status),
+        agent_body(),
+        sandbox_pod(True),
+        SETTINGS,
+        NOW + timedelta(minutes=5),
     )
     assert not again.status_changed
     assert again.status == first.status
 
 
 def test_transition_time_moves_only_when_the_status_flips() -> None:
-    starting = plan_session(_session(), _agent(), _pod(False), SETTINGS, NOW)
+    starting = plan_session(session_body(), agent_body(), sandbox_pod(False), SETTINGS, NOW)
     later = NOW + timedelta(seconds=30)
-    still = plan_session(_session(starting.status), _agent(), _pod(False), SETTINGS, later)
+    still = plan_session(
+        session_body(status=starting.status), agent_body(), sandbox_pod(False), SETTINGS, later
+    )
     assert _cond(still.status, "Ready")["lastTransitionTime"] == "2026-11-29T12:00:00Z"
-    ready = plan_session(_session(still.status), _agent(), _pod(True), SETTINGS, later)
+    ready = plan_session(
+        session_body(status=still.status), agent_body(), sandbox_pod(True), SETTINGS, later
+    )
     assert _cond(ready.status, "Ready")["lastTransitionTime"] == "2026-11-29T12:00:30Z"
     # Progressing stayed True throughout: its time did not move.
     assert _cond(ready.status, "Progressing")["lastTransitionTime"] == "2026-11-29T12:00:00Z"
 
 
 def test_missing_agent_holds_the_session_with_a_reason() -> None:
-    plan = plan_session(_session(), None, None, SETTINGS, NOW)
+    plan = plan_session(session_body(), None, None, SETTINGS, NOW)
     assert not plan.create_sandbox
     assert plan.status["phase"] == "Pending"
     assert "not found" in plan.status["message"]
@@ -141,22 +94,22 @@ def test_missing_agent_holds_the_session_with_a_reason() -> None:
 
 
 def test_invalid_agent_holds_the_session_and_says_why() -> None:
-    plan = plan_session(_session(), _agent(ready=False), None, SETTINGS, NOW)
+    plan = plan_session(session_body(), agent_body(ready=False), None, SETTINGS, NOW)
     assert not plan.create_sandbox
     assert "tools.deny has '*'" in plan.status["message"]
     assert _cond(plan.status, "Progressing")["reason"] == "AgentNotReady"
 
 
 def test_agent_ready_for_an_older_generation_is_not_ready() -> None:
-    stale = _agent()
+    stale = agent_body()
     stale["metadata"]["generation"] = 2
-    plan = plan_session(_session(), stale, None, SETTINGS, NOW)
+    plan = plan_session(session_body(), stale, None, SETTINGS, NOW)
     assert not plan.create_sandbox
 
 
 def test_a_spec_the_sandbox_cannot_run_fails_with_invalid_spec() -> None:
-    body = _session(workspace={"repo": "https://x/r.git", "ref": "-evil"})
-    plan = plan_session(body, _agent(), None, SETTINGS, NOW)
+    body = session_body(workspace={"repo": "https://x/r.git", "ref": "-evil"})
+    plan = plan_session(body, agent_body(), None, SETTINGS, NOW)
     assert plan.status["phase"] == "Failed"
     assert "must not start with '-'" in plan.status["message"]
     assert _cond(plan.status, "Failed")["reason"] == "InvalidSpec"
@@ -167,8 +120,8 @@ def test_a_spec_the_sandbox_cannot_run_fails_with_invalid_spec() -> None:
 
 
 def test_a_relative_repo_without_a_local_root_fails_and_says_why() -> None:
-    body = _session(workspace={"repo": "demo/repo"})
-    plan = plan_session(body, _agent(), None, SETTINGS, NOW)
+    body = session_body(workspace={"repo": "demo/repo"})
+    plan = plan_session(body, agent_body(), None, SETTINGS, NOW)
     assert plan.status["phase"] == "Failed"
     assert "'demo/repo' is a relative path" in plan.status["message"]
     assert "--local-repo-root" in plan.status["message"]
@@ -177,38 +130,40 @@ def test_a_relative_repo_without_a_local_root_fails_and_says_why() -> None:
 
 
 def test_a_relative_repo_under_a_local_root_creates_the_sandbox() -> None:
-    body = _session(workspace={"repo": "demo/repo"})
+    body = session_body(workspace={"repo": "demo/repo"})
     settings = OperatorSettings(local_repo_root="/srv/corral/repos")
-    plan = plan_session(body, _agent(), None, settings, NOW)
+    plan = plan_session(body, agent_body(), None, settings, NOW)
     assert plan.create_sandbox
     assert plan.status.get("phase") != "Failed"
 
 
 def test_unparseable_session_fails_with_the_field_named() -> None:
-    body = _session()
+    body = session_body()
     body["spec"]["task"] = ""
-    plan = plan_session(body, _agent(), None, SETTINGS, NOW)
+    plan = plan_session(body, agent_body(), None, SETTINGS, NOW)
     assert plan.status["phase"] == "Failed"
     assert "task" in plan.status["message"]
 
 
 def test_lost_pod_after_turns_fails_the_session() -> None:
     status = {"phase": "Running", "podName": "corral-fix-bug", "turns": 1}
-    plan = plan_session(_session(status), _agent(), None, SETTINGS, NOW)
+    plan = plan_session(session_body(status=status), agent_body(), None, SETTINGS, NOW)
     assert plan.status["phase"] == "Failed"
     assert _cond(plan.status, "Failed")["reason"] == "SandboxLost"
     assert not plan.create_sandbox
 
 
 def test_terminating_pod_of_an_earlier_life_is_waited_out() -> None:
-    plan = plan_session(_session(), _agent(), _pod(True, deleting=True), SETTINGS, NOW)
+    plan = plan_session(
+        session_body(), agent_body(), sandbox_pod(True, deleting=True), SETTINGS, NOW
+    )
     assert not plan.create_sandbox and not plan.drive
     assert plan.requeue_after == 1.0
 
 
 def test_a_pod_of_an_earlier_session_with_the_same_name_is_not_ours() -> None:
-    stale = _pod(True, owner="uid-of-a-deleted-session")
-    plan = plan_session(_session(), _agent(), stale, SETTINGS, NOW)
+    stale = sandbox_pod(True, owner="uid-of-a-deleted-session")
+    plan = plan_session(session_body(), agent_body(), stale, SETTINGS, NOW)
     assert not plan.drive and not plan.create_sandbox
     assert _cond(plan.status, "Progressing")["reason"] == "SandboxConflict"
     assert plan.requeue_after == 1.0
@@ -226,7 +181,9 @@ def _finished(phase: str, **extra: Any) -> dict[str, Any]:
 
 
 def test_finished_session_releases_its_pod() -> None:
-    plan = plan_session(_session(_finished("Succeeded")), _agent(), _pod(True), SETTINGS, NOW)
+    plan = plan_session(
+        session_body(status=_finished("Succeeded")), agent_body(), sandbox_pod(True), SETTINGS, NOW
+    )
     assert plan.delete_pod and not plan.drive and not plan.delete_session
     assert _cond(plan.status, "Succeeded")["status"] == "True"
     assert _cond(plan.status, "Progressing")["status"] == "False"
@@ -234,8 +191,8 @@ def test_finished_session_releases_its_pod() -> None:
 
 
 def test_keep_sandbox_keeps_the_pod() -> None:
-    body = _session(_finished("Succeeded"), keepSandbox=True)
-    plan = plan_session(body, _agent(), _pod(True), SETTINGS, NOW)
+    body = session_body(status=_finished("Succeeded"), keepSandbox=True)
+    plan = plan_session(body, agent_body(), sandbox_pod(True), SETTINGS, NOW)
     assert not plan.delete_pod
     assert _cond(plan.status, "Ready")["reason"] == "SandboxKept"
 
@@ -245,10 +202,10 @@ def test_keep_sandbox_keeps_the_pod() -> None:
     [(30, 20, False), (30, 30, True), (0, 0, True), (60, 90, True)],
 )
 def test_ttl_after_finished(ttl: int, seconds_since_finish: int, deleted: bool) -> None:
-    body = _session(_finished("Failed"), ttlSecondsAfterFinished=ttl)
+    body = session_body(status=_finished("Failed"), ttlSecondsAfterFinished=ttl)
     finished = datetime(2026, 11, 29, 11, 59, 0, tzinfo=UTC)
     plan = plan_session(
-        body, _agent(), None, SETTINGS, finished + timedelta(seconds=seconds_since_finish)
+        body, agent_body(), None, SETTINGS, finished + timedelta(seconds=seconds_since_finish)
     )
     assert plan.delete_session is deleted
     if not deleted:
@@ -256,13 +213,13 @@ def test_ttl_after_finished(ttl: int, seconds_since_finish: int, deleted: bool) 
 
 
 def test_no_ttl_keeps_the_finished_session() -> None:
-    plan = plan_session(_session(_finished("Failed")), _agent(), None, SETTINGS, NOW)
+    plan = plan_session(session_body(status=_finished("Failed")), agent_body(), None, SETTINGS, NOW)
     assert not plan.delete_session and plan.requeue_after is None
 
 
 def test_ttl_requeues_until_due() -> None:
-    body = _session(_finished("Succeeded"), ttlSecondsAfterFinished=120)
-    plan = plan_session(body, _agent(), None, SETTINGS, NOW)
+    body = session_body(status=_finished("Succeeded"), ttlSecondsAfterFinished=120)
+    plan = plan_session(body, agent_body(), None, SETTINGS, NOW)
     assert not plan.delete_session
     assert plan.requeue_after == pytest.approx(60.0)
 
@@ -276,7 +233,9 @@ def test_ttl_requeues_until_due() -> None:
     ],
 )
 def test_failure_reasons_come_from_the_last_settlement(extra: dict[str, Any], reason: str) -> None:
-    plan = plan_session(_session(_finished("Failed", **extra)), _agent(), None, SETTINGS, NOW)
+    plan = plan_session(
+        session_body(status=_finished("Failed", **extra)), agent_body(), None, SETTINGS, NOW
+    )
     assert _cond(plan.status, "Failed")["reason"] == reason
 
 
@@ -286,7 +245,7 @@ def test_in_flight_turn_is_named_in_progressing() -> None:
         "podName": "corral-fix-bug",
         "ledger": {"streamUrl": "/u", "offset": 0, "submissionId": "sub-1", "turn": 2},
     }
-    plan = plan_session(_session(status), _agent(), _pod(True), SETTINGS, NOW)
+    plan = plan_session(session_body(status=status), agent_body(), sandbox_pod(True), SETTINGS, NOW)
     assert _cond(plan.status, "Progressing")["reason"] == "Turn2InFlight"
     assert plan.drive
 
@@ -297,35 +256,44 @@ def _child(phase: str) -> dict[str, Any]:
 
 def test_children_are_summarised_in_status() -> None:
     children = [_child("Running"), _child("Succeeded"), _child("Failed"), {"metadata": {}}]
-    plan = plan_session(_session(), _agent(), _pod(True), SETTINGS, NOW, children)
+    plan = plan_session(session_body(), agent_body(), sandbox_pod(True), SETTINGS, NOW, children)
     assert plan.status["children"] == {"total": 4, "running": 2, "succeeded": 1, "failed": 1}
 
 
 def test_waiting_for_children_resumes_only_when_none_runs() -> None:
     waiting = {"phase": "WaitingForChildren", "podName": "corral-fix-bug", "turns": 1}
-    busy = plan_session(_session(waiting), _agent(), _pod(True), SETTINGS, NOW, [_child("Running")])
+    busy = plan_session(
+        session_body(status=waiting),
+        agent_body(),
+        sandbox_pod(True),
+        SETTINGS,
+        NOW,
+        [_child("Running")],
+    )
     assert not busy.drive and busy.requeue_after == 5.0
     done = plan_session(
-        _session(waiting), _agent(), _pod(True), SETTINGS, NOW, [_child("Succeeded")]
+        session_body(status=waiting),
+        agent_body(),
+        sandbox_pod(True),
+        SETTINGS,
+        NOW,
+        [_child("Succeeded")],
     )
     assert done.drive
 
 
-def _approval_for(uid: str, decision: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"spec": {"sessionRef": {"name": "fix-bug", "uid": uid}}}
-    if decision:
-        body["status"] = {"decision": decision}
-    return body
-
-
 def test_waiting_for_a_human_resumes_once_its_approvals_are_decided() -> None:
     waiting = {"phase": "WaitingForHuman", "podName": "corral-fix-bug", "turns": 1}
-    pending = [_approval_for(SESSION_UID, None), _approval_for("someone-else", "Approved")]
-    held = plan_session(_session(waiting), _agent(), _pod(True), SETTINGS, NOW, [], pending)
+    pending = [approval_decision(None), approval_decision("Approved", "someone-else")]
+    held = plan_session(
+        session_body(status=waiting), agent_body(), sandbox_pod(True), SETTINGS, NOW, [], pending
+    )
     assert not held.drive
     # Another session's decision does not release this one; its own does.
-    decided = [_approval_for(SESSION_UID, "Denied"), _approval_for("someone-else", None)]
-    go = plan_session(_session(waiting), _agent(), _pod(True), SETTINGS, NOW, [], decided)
+    decided = [approval_decision("Denied"), approval_decision(None, "someone-else")]
+    go = plan_session(
+        session_body(status=waiting), agent_body(), sandbox_pod(True), SETTINGS, NOW, [], decided
+    )
     assert go.drive
 
 
@@ -333,9 +301,9 @@ def test_the_end_written_as_released_leaves_the_release_pass_nothing_to_write() 
     """The driver's last save says the sandbox is released when the next pass will delete the
     pod at once: that pass deletes it and writes nothing (one status write fewer a Session)."""
     running = plan_session(
-        _session({"phase": "Running", "podName": "corral-fix-bug"}),
-        _agent(),
-        _pod(True),
+        session_body(status={"phase": "Running", "podName": "corral-fix-bug"}),
+        agent_body(),
+        sandbox_pod(True),
         SETTINGS,
         NOW,
     ).status
@@ -348,7 +316,9 @@ def test_the_end_written_as_released_leaves_the_release_pass_nothing_to_write() 
         last = status_with_driver_state(
             running, ended, "ready", now=stamp, generation=1, at_end=at_end
         )
-        plan = plan_session(_session(last), _agent(), _pod(True), SETTINGS, NOW)
+        plan = plan_session(
+            session_body(status=last), agent_body(), sandbox_pod(True), SETTINGS, NOW
+        )
         assert plan.delete_pod
         assert _cond(plan.status, "Ready")["reason"] == "SandboxReleased"
         assert bool(merge_patch(last, plan.status)) is pass_writes, at_end

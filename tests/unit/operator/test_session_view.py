@@ -11,9 +11,9 @@ import kopf
 import pytest
 
 from corral_operator import runtime
-from corral_operator.diffbase import LeanAnnotationsProgressStorage, json_copy
+from corral_operator.kopfext.diffbase import LeanAnnotationsProgressStorage, json_copy
 from corral_operator.runtime import FreezeCache, WatchedObjects, pod_essentials
-from corral_operator.sessionview import SessionView
+from corral_operator.session.view import SessionView
 
 PATH = "/apis/corral.dev/v1alpha1/namespaces/ns/sessions/s1"
 

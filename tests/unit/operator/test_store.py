@@ -13,7 +13,7 @@ from corral_api.wire import CustodianUsage, WireUsage
 from corral_operator.custodianclient import CustodianUnavailable
 from corral_operator.driver import DriverState
 from corral_operator.planning.patch import merge_patch
-from corral_operator.store import BudgetExceededStop, SessionStatusStore
+from corral_operator.session.store import BudgetExceededStop, SessionStatusStore
 
 
 class FakeKube:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from corral_operator.planning.session import plan_session
+from tests._objects import agent_body, sandbox_pod, session_body
 
-from .test_session_planner import NOW, SETTINGS, _agent, _cond, _pod, _session
+from .test_session_planner import NOW, SETTINGS, _cond
 
 WAKE = {"afterSeconds": 60, "message": "Wake up."}
 
@@ -19,12 +20,12 @@ def _waiting(wake_at: str, **spec: Any) -> dict[str, Any]:
         "wakeAt": wake_at,
         "message": f"turn 1 completed; waiting for the one-shot wake at {wake_at}",
     }
-    return _session(status, **spec)
+    return session_body(status=status, **spec)
 
 
 def test_a_session_waiting_for_its_wake_requeues_until_due_and_does_not_drive() -> None:
     plan = plan_session(
-        _waiting("2026-11-29T12:00:42Z", wake=WAKE), _agent(), _pod(True), SETTINGS, NOW
+        _waiting("2026-11-29T12:00:42Z", wake=WAKE), agent_body(), sandbox_pod(True), SETTINGS, NOW
     )
     assert not plan.drive and not plan.delete_pod
     assert plan.requeue_after == 42.0
@@ -37,13 +38,15 @@ def test_a_session_waiting_for_its_wake_requeues_until_due_and_does_not_drive() 
 
 def test_a_due_wake_lets_the_driver_admit_it() -> None:
     plan = plan_session(
-        _waiting("2026-11-29T11:59:59Z", wake=WAKE), _agent(), _pod(True), SETTINGS, NOW
+        _waiting("2026-11-29T11:59:59Z", wake=WAKE), agent_body(), sandbox_pod(True), SETTINGS, NOW
     )
     assert plan.drive and plan.harness_url == "http://127.0.3.4:8080"
 
 
 def test_a_wake_taken_out_of_the_spec_ends_the_session() -> None:
-    plan = plan_session(_waiting("2026-11-29T13:00:00Z"), _agent(), _pod(True), SETTINGS, NOW)
+    plan = plan_session(
+        _waiting("2026-11-29T13:00:00Z"), agent_body(), sandbox_pod(True), SETTINGS, NOW
+    )
     assert plan.status["phase"] == "Succeeded" and not plan.drive
     assert _cond(plan.status, "Succeeded")["reason"] == "Completed"
     assert "wake was removed" in plan.status["message"]
@@ -52,8 +55,8 @@ def test_a_wake_taken_out_of_the_spec_ends_the_session() -> None:
 def test_a_wake_the_turn_limit_cannot_serve_is_never_due() -> None:
     # The driver never waits without a turn left; a status written otherwise fails cleanly.
     plan = plan_session(
-        _waiting("2026-11-29T11:00:00Z", wake=WAKE), _agent(limits={"maxTurns": 1}), _pod(True),
-        SETTINGS, NOW,
+        _waiting("2026-11-29T11:00:00Z", wake=WAKE), agent_body(limits={"maxTurns": 1}),
+        sandbox_pod(True), SETTINGS, NOW,
     )  # fmt: skip
     assert plan.status["phase"] == "Failed"
     assert _cond(plan.status, "Failed")["reason"] == "TurnLimitReached"

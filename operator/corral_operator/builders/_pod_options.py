@@ -11,6 +11,7 @@ from typing import Any
 from corral_api.kinds import Credentials, SecretKeyRef, SecretRef
 from corral_common.logs import LOG_FORMAT_ENV
 
+from ..settings import OperatorSettings
 from ._pod_layout import (
     GIT_CREDENTIALS_DIR,
     HOOK_SECRET_DIR,
@@ -22,7 +23,6 @@ from ._pod_layout import (
     env,
     mount,
 )
-from .settings import OperatorSettings
 
 
 @dataclass

@@ -10,6 +10,7 @@ from typing import Any
 
 from corral_common.checkout import CHECKOUT_GIT_ENV, CHECKOUT_SCRIPT
 
+from ..settings import OperatorSettings
 from ._pod_layout import (
     CUSTODIAN_CREDENTIAL_KEY,
     CUSTODIAN_STATE_MOUNT,
@@ -26,7 +27,6 @@ from ._pod_layout import (
     env,
     mount,
 )
-from .settings import OperatorSettings
 
 _WIRE_TOKEN_FILE = f"{WIRE_DIR}/{WIRE_TOKEN_KEY}"
 _CREDENTIAL_FILE = f"{WIRE_DIR}/{CUSTODIAN_CREDENTIAL_KEY}"

@@ -20,16 +20,17 @@ from typing import Any
 from corral_api import API_VERSION
 from corral_api.kinds import Agent, Session, SessionSpec
 
-from . import naming
-from .podbuilder import WORKSPACE_MOUNT, build_network_policy, build_pod
-from .settings import OperatorSettings
+from .. import naming
+from ..naming import ANNOTATION_DIGEST as ANNOTATION_DIGEST
+from ..naming import COMPONENT_POOL as COMPONENT_POOL
+from ..naming import LABEL_POOL as LABEL_POOL
+from ..sandboxspec import WORKSPACE_MOUNT
+from ..settings import OperatorSettings
+from .podbuilder import build_network_policy, build_pod
 
-LABEL_POOL = "corral.dev/pool"  # the Agent a pooled pod was started for; kept after adoption
-ANNOTATION_DIGEST = "corral.dev/agent-digest"
 ADOPT_KEY_ENV = "CORRAL_ADOPT_KEY_SHA256"
 HARNESS_KEY = "harness"
 CUSTODIAN_KEY = "custodian"
-COMPONENT_POOL = "pool"
 
 # Set by the adopt instead: who the pod serves, what it enforces, where it checks out.
 _SESSION_ENV = frozenset(

@@ -30,8 +30,8 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, cast
 
-from .diffbase import json_copy
-from .kube import Kube
+from ..kopfext.diffbase import json_copy
+from ..kube import Kube
 
 # Versions of the loop's own reads and writes kept for comparison: a watch lags by a few.
 _KEPT_VERSIONS = 16
@@ -71,14 +71,19 @@ class SessionView:
         it is gone."""
         live_version = _version(self._live)
         live = self._live
-        if live is not None and live_version and (
-            self._known is None
-            or (live_version not in self._own and live.get("status") == self._known.get("status"))
+        if (
+            live is not None
+            and live_version
+            and (
+                self._known is None
+                or (
+                    live_version not in self._own
+                    and live.get("status") == self._known.get("status")
+                )
+            )
         ):
             self._keep(live)
-        elif self._known is None or (
-            live_version not in self._own and not self._lags(live)
-        ):
+        elif self._known is None or (live_version not in self._own and not self._lags(live)):
             body = await self._kube.get(self._path)
             if body is None:
                 self._known = None

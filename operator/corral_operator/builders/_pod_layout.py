@@ -1,16 +1,16 @@
 """Where the sandbox pod keeps things: the paths and Secret keys its containers share, the
 variable, mount and emptyDir primitives of its builders, and the volumes every pod has.
 
-`corral_operator.podbuilder` re-exports the paths and keys; import them from there.
+`corral_operator.builders.podbuilder` re-exports the paths and keys; import them from there.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from .settings import OperatorSettings, VolumeSizes
+from ..sandboxspec import WORKSPACE_MOUNT as WORKSPACE_MOUNT
+from ..settings import OperatorSettings, VolumeSizes
 
-WORKSPACE_MOUNT = "/workspace"
 STATE_MOUNT = "/var/lib/corral/state"
 CUSTODIAN_STATE_MOUNT = "/var/lib/corral/custodian"
 WIRE_DIR = "/var/run/corral/wire"

@@ -24,17 +24,26 @@ container by not mounting them, never by file modes.
 from __future__ import annotations
 
 import json
-import posixpath
-import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from corral_api import API_VERSION
 from corral_api.kinds import Agent, Budget, EgressRule, Session
 from corral_common.checkout import CHECKOUT_SCRIPT as CHECKOUT_SCRIPT  # evidencepod uses it
 
-from . import naming
+from .. import naming
+from ..sandboxspec import (
+    CheckedSandbox,
+    SandboxSpecError,
+    check_sandbox,
+    granted_root_problem,
+    is_relative_repo,
+    quantity,
+    resolve_repo,
+    session_meta,
+    tools_resources,
+)
+from ..settings import EgressTarget, OperatorSettings
 from ._pod_containers import (
     SessionFacts,
     checkout_args,
@@ -76,10 +85,9 @@ from ._pod_layout import (
     scratch_and_wire_volumes,
 )
 from ._pod_options import pod_additions
-from .planning.lineage import lowest
-from .settings import ContainerResources, EgressTarget, OperatorSettings
 
-# The pod's paths and keys are defined with its volumes (_pod_layout); import them from here.
+# The pod's paths and keys are defined with its volumes (_pod_layout), the checks a sandbox
+# passes in `sandboxspec`; import them from here.
 __all__ = [
     "CHECKOUT_SCRIPT",
     "CUSTODIAN_CREDENTIAL_KEY",
@@ -122,10 +130,6 @@ __all__ = [
 MIN_SECRET_CHARS = 32
 
 # The checkout script is shared with a pooled pod's adopt (corral_common.checkout).
-
-
-class SandboxSpecError(ValueError):
-    """The Agent and Session together cannot make a valid sandbox; the message says why."""
 
 
 @dataclass(frozen=True)
@@ -175,16 +179,8 @@ def _pod_security_context(settings: OperatorSettings) -> dict[str, Any]:
     }
 
 
-def _meta(session: Session) -> tuple[str, str, str]:
-    md = session.metadata
-    try:
-        return str(md["name"]), str(md["namespace"]), str(md["uid"])
-    except KeyError as missing:
-        raise SandboxSpecError(f"Session metadata lacks {missing.args[0]}") from None
-
-
 def sandbox_labels(session: Session) -> dict[str, str]:
-    name, _, _ = _meta(session)
+    name, _, _ = session_meta(session)
     parent = session.spec.parent_ref.name if session.spec.parent_ref else ""
     return {
         naming.LABEL_SESSION: naming.label_value(name),
@@ -195,143 +191,7 @@ def sandbox_labels(session: Session) -> dict[str, str]:
     }
 
 
-def granted_root_problem(granted_root: str) -> str | None:
-    """Why `granted_root` cannot be the agent's root (the API server's CEL rule, again), or None.
-
-    The workspace volume is always mounted at /workspace, so the root is /workspace or below:
-    anything else would hand the agent the image's own files (e.g. /opt/corral/bin).
-    """
-    inside = granted_root == WORKSPACE_MOUNT or granted_root.startswith(WORKSPACE_MOUNT + "/")
-    parts = granted_root.split("/")
-    if not inside or ".." in parts or "." in parts or "//" in granted_root:
-        return (
-            f"spec.workspace.grantedRoot {granted_root!r} must be /workspace or a path below it, "
-            "without '.', '..' or '//' (the workspace volume is always mounted at /workspace)"
-        )
-    if any(c in granted_root for c in "\0\n\r"):
-        return f"spec.workspace.grantedRoot {granted_root!r} holds a control character"
-    return None
-
-
-def _validate(agent: Agent, session: Session) -> None:
-    ws = session.spec.workspace
-    if ws.ref.startswith("-"):
-        raise SandboxSpecError(f"spec.workspace.ref {ws.ref!r} must not start with '-'")
-    if ws.repo.startswith("-"):
-        raise SandboxSpecError(f"spec.workspace.repo {ws.repo!r} must not start with '-'")
-    if any(c in ws.ref for c in " \t\n\\~^:?*["):
-        raise SandboxSpecError(f"spec.workspace.ref {ws.ref!r} is not a valid git ref")
-    problem = granted_root_problem(ws.granted_root)
-    if problem is not None:
-        raise SandboxSpecError(problem)
-    if session.spec.agent_ref != agent.metadata.get("name"):
-        raise SandboxSpecError(
-            f"Session names Agent {session.spec.agent_ref!r}, given {agent.metadata.get('name')!r}"
-        )
-
-
-def is_relative_repo(repo: str) -> bool:
-    """A relative path, as git would read `repo`: not absolute, not a URL, not `host:path`."""
-    if repo.startswith("/") or "://" in repo:
-        return False
-    colon, slash = repo.find(":"), repo.find("/")
-    scp_like = colon > 0 and (slash < 0 or colon < slash)  # git@host:org/repo, host:repo
-    return not scp_like
-
-
-def resolve_repo(repo: str, local_repo_root: str | None) -> str:
-    """The repository the checkout clones: `repo` itself, or a relative one under the root.
-
-    A relative `workspace.repo` (what `corral run` resolves against the YAML's directory) means
-    nothing to a cluster, so it is refused unless the operator runs with a local repo root, a
-    development aid for local clusters. The check is lexical (no I/O here): after
-    normalisation the path must stay strictly inside the root, so `..` cannot leave it.
-    """
-    if not is_relative_repo(repo):
-        return repo
-    if local_repo_root is None:
-        raise SandboxSpecError(
-            f"workspace.repo {repo!r} is a relative path, which a cluster cannot clone; give a "
-            "git URL or an absolute path (relative paths work only with an operator started "
-            "with --local-repo-root, a development aid for local clusters)"
-        )
-    root = posixpath.normpath(local_repo_root)
-    if not posixpath.isabs(root):
-        raise SandboxSpecError(f"the local repo root {local_repo_root!r} is not absolute")
-    resolved = posixpath.normpath(posixpath.join(root, repo))
-    if not resolved.startswith(root.rstrip("/") + "/"):
-        raise SandboxSpecError(
-            f"workspace.repo {repo!r} is not inside the local repo root {local_repo_root!r}"
-        )
-    return resolved
-
-
 # ------------------------------------------------------------------------------ resources
-
-_QUANTITY = re.compile(
-    r"^([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+))([eE][+-]?[0-9]+|Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?$"
-)
-_SUFFIX = {
-    "": Decimal(1),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-}
-
-
-def quantity(text: str, where: str) -> Decimal:
-    """A Kubernetes quantity (`500m`, `1Gi`, `2e3`) as a number; SandboxSpecError otherwise."""
-    match = _QUANTITY.match(text.strip())
-    if not match:
-        raise SandboxSpecError(f"{where} {text!r} is not a Kubernetes quantity (e.g. 500m, 1Gi)")
-    number, suffix = match.group(1), match.group(2) or ""
-    try:
-        if suffix[:1] in ("e", "E"):
-            return Decimal(number + suffix)
-        return Decimal(number) * _SUFFIX[suffix]
-    except InvalidOperation:
-        raise SandboxSpecError(f"{where} {text!r} is not a Kubernetes quantity") from None
-
-
-def tools_resources(agent: Agent, defaults: ContainerResources) -> dict[str, dict[str, str]]:
-    """The tools container's requests and limits: the Agent's where it sets them, else the
-    defaults, so both are always there. A default limit below the Agent's request rises to it;
-    an Agent's own limit below its own request is refused."""
-    base = defaults.wire()
-    requests, limits = dict(base["requests"]), dict(base["limits"])
-    own_limits: set[str] = set()
-    res = agent.spec.sandbox.resources
-    if res is not None:
-        requests.update(res.requests.wire() if res.requests else {})
-        own = res.limits.wire() if res.limits else {}
-        limits.update(own)
-        own_limits.update(own)
-    for key in sorted(set(requests) | set(limits)):
-        where = "spec.sandbox.resources"
-        wanted = quantity(requests[key], f"{where}.requests.{key}") if key in requests else None
-        cap = quantity(limits[key], f"{where}.limits.{key}") if key in limits else None
-        if wanted is None or cap is None or wanted <= cap:
-            continue
-        if key in own_limits:
-            raise SandboxSpecError(
-                f"{where}.requests.{key} {requests[key]!r} is above "
-                f"{where}.limits.{key} {limits[key]!r}"
-            )
-        limits[key] = requests[key]
-    return {"requests": requests, "limits": limits}
-
 
 # ---------------------------------------------------------------------------- the Secret
 
@@ -347,7 +207,7 @@ def build_wire_secret(
     and the pod-local credential (harness -> custodian). Only harness and custodian mount it.
     With `memory_dsn` (the platform's memory database, copied from the operator's own Secret:
     a pod can mount only its namespace's Secrets) it also holds that, for the custodian alone."""
-    name, namespace, uid = _meta(session)
+    name, namespace, uid = session_meta(session)
     if len(wire_token) < MIN_SECRET_CHARS:
         raise SandboxSpecError(f"the wire token must be at least {MIN_SECRET_CHARS} characters")
     if len(custodian_credential) < MIN_SECRET_CHARS:
@@ -393,7 +253,7 @@ def build_network_policy(
     A NetworkPolicy selects pods, not containers, so the platform egress (API server, model
     endpoint) is open to the pod; the harness and the tools hold nothing those endpoints accept.
     """
-    name, namespace, uid = _meta(session)
+    name, namespace, uid = session_meta(session)
     egress: list[dict[str, Any]] = []
     if settings.allow_dns:
         egress.append(
@@ -459,15 +319,12 @@ def build_network_policy(
 
 
 def _budget_env(budget: Budget) -> list[dict[str, Any]]:
-    """The custodian's budget; an axis without a cap is left unset (the custodian: no cap)."""
+    """The custodian's budget (checked: no axis is spent); an axis without a cap is left unset
+    (the custodian: no cap)."""
     budget_vars: list[dict[str, Any]] = []
     if budget.tokens is not None:
-        if budget.tokens < 1:
-            raise SandboxSpecError("the Session's token budget is spent before it starts")
         budget_vars.append(env("CORRAL_BUDGET_TOKENS", str(budget.tokens)))
     if budget.cost_usd is not None:
-        if budget.cost_usd <= 0:
-            raise SandboxSpecError("the Session's cost budget is spent before it starts")
         budget_vars.append(env("CORRAL_BUDGET_COST", repr(float(budget.cost_usd))))
     return budget_vars
 
@@ -480,15 +337,13 @@ def build_pod(
     budget: Budget | None = None,
 ) -> dict[str, Any]:
     """The sandbox pod. `budget` is the Session's effective budget (the lowest of its own, its
-    Agent's and, for a child, its parent's remainder); without it, the lower of the first two."""
-    _validate(agent, session)
-    facts = _session_facts(agent, session, settings)
-    effective = (
-        budget if budget is not None else lowest(session.spec.budget, agent.spec.limits.budget)
-    )
+    Agent's and, for a child, its parent's remainder); without it, the lower of the first two.
+    SandboxSpecError when the Agent and the Session make no sandbox (`check_sandbox`)."""
+    checked = check_sandbox(agent, session, settings, budget=budget)
+    facts = _session_facts(agent, session, checked)
     wire_secret = naming.wire_secret_name(facts.name)
-    budget_env = _budget_env(effective)
-    tools_limits = tools_resources(agent, settings.resources.tools)
+    budget_env = _budget_env(checked.budget)
+    tools_limits = checked.tools_resources
     added = pod_additions(agent.spec.credentials, settings, wire_secret)
     # One context per uid; a container that shares a uid gets its own copy of it.
     harness_security = restricted_security_context(settings.harness_uid)
@@ -542,20 +397,18 @@ def build_pod(
     }
 
 
-def _session_facts(agent: Agent, session: Session, settings: OperatorSettings) -> SessionFacts:
-    """The Session as its containers are told it; SandboxSpecError on a repository that
-    cannot be cloned."""
-    name, namespace, uid = _meta(session)
+def _session_facts(agent: Agent, session: Session, checked: CheckedSandbox) -> SessionFacts:
+    """The Session as its containers are told it, with what its check resolved."""
     spec = session.spec
     return SessionFacts(
-        name=name,
-        namespace=namespace,
-        uid=uid,
+        name=checked.name,
+        namespace=checked.namespace,
+        uid=checked.uid,
         agent_name=spec.agent_ref,
         agent_spec_json=json.dumps(agent.spec.wire(), sort_keys=True),
-        repo=resolve_repo(spec.workspace.repo, settings.local_repo_root),
+        repo=checked.repo,
         ref=spec.workspace.ref,
-        branch=spec.workspace.branch or naming.session_branch(name),
+        branch=spec.workspace.branch or naming.session_branch(checked.name),
         granted_root=spec.workspace.granted_root,
         read_only=spec.read_only,
     )

@@ -17,18 +17,12 @@ from typing import Any
 
 from corral_api.kinds import EgressRule, Evidence
 
-from . import naming
-from .podbuilder import (
-    CHECKOUT_SCRIPT,
-    SandboxSpecError,
-    is_relative_repo,
-    owner_reference,
-    resolve_repo,
-    restricted_security_context,
-)
-from .settings import ContainerResources, EgressTarget, OperatorSettings
+from .. import naming
+from ..naming import CHECK_CONTAINER as CHECK_CONTAINER
+from ..sandboxspec import SandboxSpecError, is_relative_repo, resolve_repo
+from ..settings import ContainerResources, EgressTarget, OperatorSettings
+from .podbuilder import CHECKOUT_SCRIPT, owner_reference, restricted_security_context
 
-CHECK_CONTAINER = "check"
 CHECKOUT_CONTAINER = "checkout"
 COMPONENT = "evidence"
 _WORKSPACE = "/workspace"

@@ -19,15 +19,15 @@ from typing import Any
 from corral_api.kinds import SessionStatus, Usage
 from corral_api.wire import CustodianDelivery, CustodianUsage
 
-from .custodianclient import CustodianUnavailable, status_usage
-from .driver import DriverState, hold_for_children
-from .kube import Kube, corral_path
-from .planning.delivery import DeliveryVerdict, judge_delivery, with_delivered
-from .planning.patch import merge_patch
-from .planning.reasons import BUDGET_EXCEEDED, DELIVERY_FAILED
-from .planning.session import EventType, PlannedEvent, SandboxState, now_text
-from .planning.turns import driver_state_from_status, status_with_driver_state
-from .sessionview import SessionView
+from ..custodianclient import CustodianUnavailable, status_usage
+from ..driver import DriverState, hold_for_children
+from ..kube import Kube, corral_path
+from ..planning.delivery import DeliveryVerdict, judge_delivery, with_delivered
+from ..planning.patch import merge_patch
+from ..planning.reasons import BUDGET_EXCEEDED, DELIVERY_FAILED
+from ..planning.session import EventType, PlannedEvent, SandboxState, now_text
+from ..planning.turns import driver_state_from_status, status_with_driver_state
+from .view import SessionView
 
 log = logging.getLogger("corral.operator.store")
 
