@@ -37,8 +37,7 @@ def long_functions(source: str, limit: int = MAX_LINES) -> list[tuple[str, int, 
 def test_the_check_finds_a_long_function_and_counts_nested_ones_in_their_parent() -> None:
     inner = "\n".join(f"        x{i} = {i}" for i in range(MAX_LINES))
     source = (
-        f"def outer():\n    def inner():\n{inner}\n    return inner\n\n"
-        "def short():\n    pass\n"
+        f"def outer():\n    def inner():\n{inner}\n    return inner\n\ndef short():\n    pass\n"
     )
     found = long_functions(source)
     assert [name for name, _, _ in found] == ["outer", "inner"]
