@@ -45,6 +45,29 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "lease": ("apis/coordination.k8s.io/v1", "leases", True),
 }
 
+CLUSTER_SCOPED = frozenset(
+    {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Namespace",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+        "CustomResourceDefinition",
+        "PriorityClass",
+        "StorageClass",
+    }
+)
+
+
+def _plural(kind: str) -> str:
+    lower = kind.lower()
+    if lower.endswith("y"):
+        return lower[:-1] + "ies"
+    if lower.endswith(("s", "ss")):
+        return lower + "es"
+    return lower + "s"
+
+
 # Services (and so the `kubernetes` Service's 198.19.0.1) in 198.18.0.0/15, the benchmarking
 # range: a pod on the real node never sends traffic to a private range.
 SERVICE_CIDR = "198.19.0.0/16"
@@ -154,6 +177,31 @@ class ControlPlane:
         query = f"?fieldSelector={urllib.parse.quote(field_selector)}" if field_selector else ""
         found = self.api_get(f"/{prefix}{where}/{plural}{query}")
         return list((found or {}).get("items") or [])
+
+    def apply_object(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """Server-side apply of one object as the admin (what `kubectl apply` does for a fresh
+        or unchanged object, without a process, its discovery and its OpenAPI download)."""
+        api_version, kind = doc["apiVersion"], doc["kind"]
+        prefix = f"api/{api_version}" if "/" not in api_version else f"apis/{api_version}"
+        plural = _plural(kind)
+        meta = doc.get("metadata") or {}
+        where = (
+            "" if kind in CLUSTER_SCOPED else f"/namespaces/{meta.get('namespace') or 'default'}"
+        )
+        path = f"/{prefix}{where}/{plural}/{meta['name']}?fieldManager=corral-tests&force=true"
+        request = urllib.request.Request(
+            f"{self.server}{path}",
+            data=json.dumps(doc).encode(),
+            method="PATCH",
+            headers={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, context=self._admin_tls(), timeout=30) as answer:
+                return dict(json.loads(answer.read()))
+        except urllib.error.HTTPError as e:
+            raise ControlPlaneError(
+                f"applying {kind} {meta.get('name')}: {e.code} {e.read().decode(errors='replace')}"
+            ) from None
 
     def api_get(self, path: str) -> dict[str, Any] | None:
         """GET `path` on the API server as the admin; None on 404."""
