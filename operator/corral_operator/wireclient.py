@@ -1,4 +1,4 @@
-"""The client side of the wire (DESIGN §4): admit, wait, updates, history, abort, checks.
+"""The client side of the wire (`corral_api.wire`): admit, wait, updates, history, abort, checks.
 
 One httpx client for the operator and `corral run`. `wait` long-polls from the admitted offset
 and reconnects without end on transport errors and 5xx, with a capped backoff: a harness that is

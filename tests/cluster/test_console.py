@@ -42,8 +42,8 @@ def _sse(text: str) -> list[tuple[str, dict[str, Any]]]:
 
 def test_people_read_only_the_namespaces_rbac_gives_them(
     operator: OperatorHandle,
-    console: ConsoleHandle,
-    git_repo: Path,  # noqa: F811
+    console: ConsoleHandle,  # noqa: F811
+    git_repo: Path,
 ) -> None:
     cp = operator.cp
     operator.apply(agent_doc(), session_doc("visible", git_repo))

@@ -1,4 +1,5 @@
-"""The sandbox pod builder: Agent + Session + operator settings -> the manifests of DESIGN §3.
+"""The sandbox pod builder: Agent + Session + operator settings -> the sandbox pod's manifests
+(docs/architecture.md, "The sandbox pod: three roles, three uids").
 
 A pure function with no Kubernetes import, so every security property is checked on plain
 dicts in unit tests. Three roles, three containers, three uids (docs/decisions/0060):

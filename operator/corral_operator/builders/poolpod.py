@@ -1,6 +1,6 @@
 """The warm pool's manifests: pooled sandbox pods, their one-time keys and their NetworkPolicy.
 
-A pooled pod is the sandbox pod of DESIGN §3 with every Session-bound thing taken out: no
+A pooled pod is the sandbox pod (docs/warm-pool.md) with every Session-bound thing taken out: no
 checkout init container, no wire Secret volume, no Session identity, Agent spec, budget,
 branch or remote in any environment. What remains is the Agent's (its image, resources,
 runtime class, model key) and the operator's. Harness and custodian get only the SHA-256 of

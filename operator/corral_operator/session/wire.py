@@ -22,8 +22,8 @@ class FreshAgentWire:
     """The wire as the driver sees it, with the Agent's spec read afresh at every admission.
 
     A changed Agent (tools, instructions, model) reaches a running Session on its next
-    submission, as DESIGN §2 asks; a deleted or invalid Agent leaves the last valid spec. The
-    turn limit the operator derived from the parent chain stays on it.
+    submission (docs/architecture.md, "A session's life"); a deleted or invalid Agent leaves
+    the last valid spec. The turn limit the operator derived from the parent chain stays on it.
     """
 
     def __init__(

@@ -1,4 +1,5 @@
-"""The sandbox manifests: every security property of DESIGN §3, asserted on the dicts.
+"""The sandbox manifests: every security property of the sandbox pod
+(docs/security.md), asserted on the dicts.
 
 Three roles, three containers, three uids (ADR 0060): the harness (brain), the tools (hands)
 and the custodian (keys), each checked for what it holds and, above all, what it does not.
