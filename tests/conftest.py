@@ -1,9 +1,9 @@
 """How the run is scheduled, and what it cost.
 
-`make test` runs the suite on several workers at once (pytest-xdist, `--dist loadgroup`;
-ADR 0097): most of the cluster tier's time is spent waiting for real processes (pods, the
-operator, the API server), so tests that wait overlap. What must stay in one process is a
-group, run by one worker in collection order:
+`make test TEST_WORKERS=N` runs the suite on N workers at once (pytest-xdist, `--dist
+loadgroup`; ADR 0097; CI runs it with 0, one process): much of the cluster tier's time is spent
+waiting for real processes (pods, the operator, the API server), so tests that wait overlap.
+What must stay in one process is a group, run by one worker in collection order:
 
 - `node`: the real node tier (one real node per machine: containerd, kube-proxy, iptables);
 - `attack`: the malicious-agent suite (its canaries are per process, and its final sweep
@@ -37,12 +37,13 @@ from typing import Any
 import pytest
 
 # Wall-clock seconds per tier, from its first test's start to its last test's end, warm
-# caches, the tiers running side by side (a cold machine adds the builds, shown apart).
+# caches, the tiers one after another (TEST_WORKERS=0, as CI runs them); a cold machine adds
+# the builds, shown apart.
 TIER_BUDGETS: dict[str, float] = {
-    "unit": 600,
-    "wire": 600,
-    "e2e_local": 600,
-    "cluster": 780,
+    "unit": 300,
+    "wire": 300,
+    "e2e_local": 300,
+    "cluster": 1500,
     "attack": 420,
     "node": 420,
 }
@@ -55,8 +56,10 @@ RUN_BUDGET = 15 * 60.0
 RUN_LIMIT = float(os.environ.get("CORRAL_RUN_LIMIT_SECONDS") or 75 * 60)
 SLOWEST = 20
 
-# Collection order of the tiers: longest waits first (see the module docstring).
+# Collection order of the tiers on workers: longest waits first (see the module docstring).
 TIER_ORDER = ("node", "attack", "cluster", "e2e_local", "wire", "unit")
+# In one process: the real node last, so its build (tens of minutes cold) runs beside the rest.
+SERIAL_TIER_ORDER = ("attack", "cluster", "e2e_local", "unit", "wire", "node")
 GROUPED_TIERS = ("node", "attack")
 
 _work: dict[str, float] = defaultdict(float)
@@ -102,7 +105,9 @@ def pytest_itemcollected(item: pytest.Item) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Tiers in TIER_ORDER (a stable sort: each tier keeps its own order), before the attack
     tier moves its final sweep last."""
-    rank = {tier: i for i, tier in enumerate(TIER_ORDER)}
+    on_workers = hasattr(config, "workerinput")
+    order = TIER_ORDER if on_workers else SERIAL_TIER_ORDER
+    rank = {tier: i for i, tier in enumerate(order)}
     items.sort(key=lambda item: rank.get(tier_of(item.nodeid), len(rank)))
 
 

@@ -155,7 +155,8 @@ class Harness:
                     return time.monotonic() - started
             except httpx.HTTPError:
                 pass
-            assert time.monotonic() - started < 20, "harness did not become ready"
+            # Generous: on a busy 2-core machine a start can take ten times its usual second.
+            assert time.monotonic() - started < 90, "harness did not become ready in 90 s"
             time.sleep(0.02)
 
     def kill9(self) -> None:
