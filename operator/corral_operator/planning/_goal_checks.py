@@ -17,6 +17,7 @@ from corral_api.kinds import Goal, GoalSpec, GoalStatus, GoalWave, LandingCheck,
 
 from .. import naming
 from ._goal_waves import GOAL_ANNOTATION, WAVE_ANNOTATION, success_check, wave_session
+from ._validated import validated
 from .conditions import set_condition
 from .evidence_request import EvidenceWanted, build_evidence
 from .session import FINAL, PlannedEvent, parse_time
@@ -107,10 +108,7 @@ class GoalInputs:
     @cached_property
     def parsed(self) -> Goal | ValidationError:
         """The Goal's metadata and spec, validated, or why they do not validate."""
-        try:
-            return Goal.model_validate({k: self.body.get(k) for k in ("metadata", "spec")})
-        except ValidationError as exc:
-            return exc
+        return validated(Goal, self.body)
 
     @property
     def spec(self) -> GoalSpec:

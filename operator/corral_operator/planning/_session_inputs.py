@@ -18,6 +18,7 @@ from corral_api.timestamps import parse_rfc3339, rfc3339
 
 from .. import naming
 from ..settings import OperatorSettings
+from ._validated import validated
 from .lineage import Lineage, LineageRefusal, derive_lineage
 
 FINAL = frozenset({"Succeeded", "Failed", "Stopped"})
@@ -149,10 +150,7 @@ class SessionInputs:
     @cached_property
     def parsed(self) -> Session | ValidationError:
         """The Session's metadata and spec, validated, or why they do not validate."""
-        try:
-            return Session.model_validate({k: self.body.get(k) for k in ("metadata", "spec")})
-        except ValidationError as exc:
-            return exc
+        return validated(Session, self.body)
 
     @property
     def session(self) -> Session:
