@@ -27,7 +27,7 @@ from corral_harness.context import (
 )
 from corral_harness.memory import MemoryStore
 from corral_harness.policy.turn_policy import CorralTurnPolicy
-from corral_harness.seams import TurnContext
+from corral_harness.ports import TurnContext
 
 TOTAL_FILES = 20_000
 AGENTS_FILES = 200

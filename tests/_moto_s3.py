@@ -18,8 +18,8 @@ from pathlib import Path
 
 import httpx
 
+from corral_common import sigv4
 from corral_dev.ports import free_port
-from corral_operator.archive import sigv4
 from corral_operator.archive.s3 import S3Archive
 
 # The first three requests moto takes without authentication: they make the archive's user.

@@ -44,6 +44,8 @@ SessionPhase = Literal[
     "Failed",
     "Stopped",
 ]
+# The phases a Session never leaves.
+FINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed", "Stopped"})
 SettlementStatus = Literal["completed", "ended", "failed", "aborted"]
 
 # Caps the model can never raise; an Agent may only lower them.

@@ -2,8 +2,8 @@
 
 One checker for every side: the Session model refuses a bad `spec.outputSchema` (so the operator
 marks the Session `InvalidSpec` and `corral run` refuses the file), the harness refuses it at
-admission (400), and the harness validates each final answer against it. `jsonschema` costs about
-0.1 s to import, so it is imported on the first schema, never on a start path.
+admission (400), and the harness validates each final answer against it. `jsonschema` is slow
+to import (ADR 0070), so it is imported on the first schema, never on a start path.
 """
 
 from __future__ import annotations

@@ -165,7 +165,6 @@ class Event(BaseModel):
 
 
 TurnOutcome = Literal["success", "partial", "abstain", "handed_to_human"]
-TokenLayer = Literal["classifier", "planner", "reactive", "executor"]
 
 
 class TokensByLayer(WireModel):
@@ -198,17 +197,6 @@ class TurnReceipt(WireModel):
 
 
 TURN_RECEIPT_KEYS = frozenset(TurnReceipt.model_fields)
-
-
-class TurnStartedEvent(WireModel):
-    """`turn_started`: a turn began (the ledger's start); `runId` correlates its traces."""
-
-    offset: int
-    type: Literal["turn_started"] = "turn_started"
-    submissionId: str
-    runId: str
-    requestedLoop: str
-    thinkingLevel: ThinkingLevel
 
 
 class SteerRequest(WireModel):

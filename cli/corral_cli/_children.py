@@ -20,13 +20,13 @@ from __future__ import annotations
 import asyncio
 import subprocess
 from collections.abc import Awaitable, Callable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
 from corral_api import Agent, Session
+from corral_api.timestamps import now_rfc3339
 from corral_common.branches import session_refusal
 from corral_common.session_files import SessionFiles
 from corral_operator.driver import DriverState, hold_for_children, wait_satisfied
@@ -42,10 +42,6 @@ from ._view import View
 NAMESPACE = "local"
 POLL_SECONDS = 0.2
 _GIT_IDENTITY = ["-c", "user.name=corral", "-c", "user.email=corral@localhost"]
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class ChildWorkspaceError(Exception):
@@ -165,7 +161,7 @@ class SessionTree:
 
     def _fail(self, name: str, message: str) -> None:
         self.files.write_status(
-            name, {"phase": "Failed", "message": message, "turns": 0, "finishedAt": _now()}
+            name, {"phase": "Failed", "message": message, "turns": 0, "finishedAt": now_rfc3339()}
         )
         self._view.event(
             {"source": "driver", "type": "finished", "session": name, "phase": "Failed",
@@ -268,7 +264,7 @@ class SessionTree:
         try:
             fetch_branches(parent_workspace, workspace, branches)
             status["delivery"] = {
-                "branch": branch, "revision": revision, "pushedAt": _now(),
+                "branch": branch, "revision": revision, "pushedAt": now_rfc3339(),
                 "state": "Delivered",
                 "message": f"fetched {revision} into the parent's repository as {branch}",
             }  # fmt: skip

@@ -1,7 +1,9 @@
 """The cluster as `corral get/approve/deny/evidence` reach it: the caller's own kubeconfig.
 
 Every command acts with the caller's credentials, so the API server's RBAC (and admission)
-decides what they may do; nothing here holds or borrows another identity.
+decides what they may do; nothing here holds or borrows another identity. A refusal
+(`corral_kube.KubeRefused`) exits 1; an unreachable API server or an unusable kubeconfig is
+unexpected and exits 2.
 """
 
 from __future__ import annotations
@@ -9,6 +11,8 @@ from __future__ import annotations
 import argparse
 import re
 from typing import Any
+
+from corral_api import timestamps
 
 EXIT_OK = 0
 EXIT_REFUSED = 1  # the API server refused, or the object is not in a state to act on
@@ -24,23 +28,13 @@ def add_cluster_options(p: argparse.ArgumentParser) -> None:
 
 
 async def connect(args: argparse.Namespace) -> tuple[Any, str]:
-    """An API client for the caller's kubeconfig, and the namespace to act in."""
-    from kubernetes_asyncio import client, config
-
+    """An API client for the caller's kubeconfig, and the namespace to act in (`-n`, else the
+    context's)."""
+    from corral_kube import load_kubeconfig
     from corral_operator.kube import Kube
 
-    configuration = client.Configuration()
-    await config.load_kube_config(
-        config_file=args.kubeconfig, context=args.context, client_configuration=configuration
-    )
-    contexts, active = config.list_kube_config_contexts(args.kubeconfig)
-    chosen = (
-        next((c for c in contexts if c.get("name") == args.context), None)
-        if args.context
-        else active
-    )
-    namespace = str(((chosen or {}).get("context") or {}).get("namespace") or "default")
-    return Kube(client.ApiClient(configuration)), args.namespace or namespace
+    config = load_kubeconfig(args.kubeconfig, context=args.context)
+    return Kube.of(config), args.namespace or config.namespace
 
 
 async def whoami(kube: Any) -> str:
@@ -66,20 +60,8 @@ def parse_duration(text: str) -> float:
 
 
 def age(timestamp: str | None, now: float) -> str:
-    """kubectl's AGE column: 45s, 3m, 2h, 4d."""
-    if not timestamp:
-        return "<unknown>"
-    from datetime import datetime
-
-    try:
-        then = datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return "<unknown>"
-    seconds = max(0, int(now - then))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
+    """kubectl's AGE column, `<unknown>` (as kubectl prints it) without a timestamp."""
+    return timestamps.age(timestamp, now, unknown="<unknown>")
 
 
 def table(rows: list[list[str]]) -> str:

@@ -21,6 +21,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from corral_api.decisions import APPROVED, decision_of_verdict
+from corral_api.timestamps import rfc3339
 from corral_common.approval_files import (
     ApprovalFiles,
     ApprovalNotFound,
@@ -35,13 +37,12 @@ from ._localstore import LEDGER_FILE, STATE_FILE, TRANSCRIPT_FILE, read_jsonl
 
 Obj = dict[str, Any]
 NAMESPACE = "local"
-TERMINAL = frozenset({"Succeeded", "Failed", "Stopped"})
 POLL_SECONDS = 0.2
 APPROVALS = Path("custodian") / "approvals"
 
 
 def _stamp(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return rfc3339(datetime.fromtimestamp(seconds, UTC))
 
 
 def _is_run(path: Path) -> bool:
@@ -109,7 +110,6 @@ def _session(name: str, run: Path) -> Obj:
 
 
 def _approval(session: str, record: Obj, mtime: float) -> Obj:
-    decision = {"approved": "Approved", "denied": "Denied"}.get(str(record.get("decision")))
     return {
         "apiVersion": "corral.dev/v1alpha1",
         "kind": "Approval",
@@ -123,7 +123,10 @@ def _approval(session: str, record: Obj, mtime: float) -> Obj:
             "action": {"tool": record.get("tool"), "arguments": record.get("input")},
             "reason": record.get("reason"),
         },
-        "status": {"decision": decision or "Pending", "decidedBy": record.get("decidedBy")},
+        "status": {
+            "decision": decision_of_verdict(record.get("decision")),
+            "decidedBy": record.get("decidedBy"),
+        },
     }
 
 
@@ -234,7 +237,7 @@ class LocalAccess:
                 record = files.read(name)
             except ApprovalNotFound:
                 continue
-            verdict: Verdict = "approved" if decision == "Approved" else "denied"
+            verdict: Verdict = "approved" if decision == APPROVED else "denied"
             try:
                 # Bound to the request's own scope and call, as every local decision is.
                 written = files.decide(

@@ -47,12 +47,13 @@ class ReaderUnavailable(Exception):
     """No reader configured, no token to present, or the reader refused: the message says."""
 
 
-def bearer_token(kube: Any, override: str | None) -> str | None:
+async def bearer_token(kube: Any, override: str | None) -> str | None:
+    """`--token`, else the token the kubeconfig's client presents (its own, a token file's
+    or an exec plugin's)."""
     if override:
         return override
-    keys = kube.api.configuration.api_key or {}
-    value = str(keys.get("BearerToken") or keys.get("authorization") or "")
-    return value[7:] if value.startswith("Bearer ") else (value or None)
+    token: str | None = await kube.client.bearer_token()
+    return token
 
 
 class ReaderClient:
@@ -65,12 +66,12 @@ class ReaderClient:
         self._base = f"/v1/namespaces/{namespace}/sessions/{name}"
 
     @classmethod
-    def from_args(cls, args: Any, kube: Any, namespace: str) -> ReaderClient:
+    async def from_args(cls, args: Any, kube: Any, namespace: str) -> ReaderClient:
         if not args.archive_url:
             raise ReaderUnavailable(
                 f"no archive reader configured: give --archive-url or set ${ARCHIVE_URL_ENV}"
             )
-        token = bearer_token(kube, args.token)
+        token = await bearer_token(kube, args.token)
         if not token:
             raise ReaderUnavailable(
                 "the archive reader needs a bearer token and the kubeconfig has none "

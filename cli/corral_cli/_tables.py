@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from corral_api.decisions import approval_action, approval_decision, approval_session
+
 from ._cluster import age
 
 Obj = dict[str, Any]
@@ -89,12 +91,21 @@ def _evidence_cells(e: Obj, now: float) -> tuple[Row, Row]:
     return [*base, age(e["metadata"].get("creationTimestamp"), now)], wide
 
 
-def _approval_cells(a: Obj, now: float) -> tuple[Row, Row]:
-    from .approval_cmd import approval_rows  # the one row shape of an Approval
+def describe_action(approval: Obj, width: int = 60) -> str:
+    """The exact call an Approval names, cut to `width` characters."""
+    text = approval_action(approval)
+    return text if len(text) <= width else text[: width - 1] + "…"
 
-    row = approval_rows([a], now)[1]
+
+def _approval_cells(a: Obj, now: float) -> tuple[Row, Row]:
+    base = [
+        approval_session(a),
+        describe_action(a),
+        approval_decision(a),
+        str(_status(a).get("decidedBy") or ""),
+    ]
     wide = [str(_status(a).get("comment") or ""), str(_spec(a).get("reason") or "")]
-    return row[1:], wide
+    return [*base, age(a["metadata"].get("creationTimestamp"), now)], wide
 
 
 HEADERS: dict[str, tuple[Row, Row]] = {

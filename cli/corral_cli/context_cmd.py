@@ -21,7 +21,7 @@ from typing import Any
 from corral_api.kinds import AgentSpec, SessionSpec
 from corral_harness.context import UnknownLayer, resolve_budgets
 from corral_harness.policy.turn_policy import CorralTurnPolicy
-from corral_harness.seams import ModelRequestPlan, ToolSpec, TurnContext
+from corral_harness.ports import ModelRequestPlan, ToolSpec, TurnContext
 
 from ._manifests import ManifestError, load_manifests, pick_session
 

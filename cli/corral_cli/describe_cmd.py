@@ -139,7 +139,7 @@ async def transcript_of(args: argparse.Namespace, kube: Any, namespace: str) -> 
     from corral_operator.archive import receipts_of
 
     try:
-        reader = ReaderClient.from_args(args, kube, namespace)
+        reader = await ReaderClient.from_args(args, kube, namespace)
     except ReaderUnavailable as why:
         return None, f"<not read: {why}>"
     try:
@@ -159,7 +159,8 @@ async def transcript_of(args: argparse.Namespace, kube: Any, namespace: str) -> 
 
 
 async def _describe(args: argparse.Namespace) -> int:
-    from corral_operator.kube import KubeError, corral_path
+    from corral_kube import KubeRefused
+    from corral_operator.kube import corral_path
 
     kube, namespace = await connect(args)
     try:
@@ -182,8 +183,8 @@ async def _describe(args: argparse.Namespace) -> int:
             key=lambda e: e.get("lastTimestamp") or e["metadata"].get("creationTimestamp") or "",
         )
         receipts, note = await transcript_of(args, kube, namespace)
-    except KubeError as err:
-        print(f"Error from server: {err.reason}", file=sys.stderr)
+    except KubeRefused as err:
+        print(f"Error from server: {err.message}", file=sys.stderr)
         return EXIT_REFUSED
     finally:
         await kube.close()

@@ -23,6 +23,8 @@ from typing import Any
 
 from corral_api import API_VERSION
 
+from ._cluster import connect
+
 SCOPES = ("session", "agent", "namespace")
 _NAME_LIMIT = 253
 
@@ -92,27 +94,11 @@ def _parser(verb: str) -> argparse.ArgumentParser:
     return p
 
 
-async def _connect(kubeconfig: str | None, context: str | None) -> tuple[Any, str]:
-    """An API client for the kubeconfig, and its context's namespace."""
-    from kubernetes_asyncio import client, config
-
-    from corral_operator.kube import Kube
-
-    configuration = client.Configuration()
-    await config.load_kube_config(
-        config_file=kubeconfig, context=context, client_configuration=configuration
-    )
-    contexts, active = config.list_kube_config_contexts(kubeconfig)
-    chosen = next((c for c in contexts if c.get("name") == context), None) if context else active
-    namespace = str(((chosen or {}).get("context") or {}).get("namespace") or "default")
-    return Kube(client.ApiClient(configuration)), namespace
-
-
 async def _run(verb: str, args: argparse.Namespace) -> int:
-    from corral_operator.kube import MERGE_PATCH, KubeError, corral_path
+    from corral_kube import MERGE_PATCH, KubeRefused
+    from corral_operator.kube import corral_path
 
-    kube, context_namespace = await _connect(args.kubeconfig, args.context)
-    namespace = args.namespace or context_namespace
+    kube, namespace = await connect(args)
     name = freeze_name(args.scope, args.name)
     path = corral_path("Freeze", namespace, name)
     what = describe_scope(args.scope, args.name, namespace)
@@ -136,7 +122,7 @@ async def _run(verb: str, args: argparse.Namespace) -> int:
             return 1
         print(f"freeze.corral.dev/{name} deleted: {what} continues")
         return 0
-    except KubeError as err:
+    except KubeRefused as err:
         print(f"corral {verb}: the API server refused: {err}", file=sys.stderr)
         return 1
     finally:

@@ -13,6 +13,8 @@ from typing import Any
 
 import yaml
 
+from corral_api.decisions import PENDING, approval_decision
+
 from ._cluster import EXIT_OK, EXIT_REFUSED, add_cluster_options, connect, table
 from ._reader import guarded
 from ._tables import KINDS, rows
@@ -49,7 +51,8 @@ def dump(items: list[dict[str, Any]], output: str, *, single: bool) -> str:
 
 
 async def _get(args: argparse.Namespace) -> int:
-    from corral_operator.kube import KubeError, corral_path
+    from corral_kube import KubeRefused
+    from corral_operator.kube import corral_path
 
     kind, plural = KINDS[args.kind]
     kube, namespace = await connect(args)
@@ -64,8 +67,8 @@ async def _get(args: argparse.Namespace) -> int:
         else:
             path = f"{API}/{plural}" if args.all_namespaces else corral_path(kind, namespace)
             items = await kube.list(path, label_selector=args.selector)
-    except KubeError as err:
-        print(f"Error from server: {err.reason}", file=sys.stderr)
+    except KubeRefused as err:
+        print(f"Error from server: {err.message}", file=sys.stderr)
         return EXIT_REFUSED
     finally:
         await kube.close()
@@ -73,7 +76,7 @@ async def _get(args: argparse.Namespace) -> int:
         if kind != "Approval":
             print("corral get: --pending is for approvals", file=sys.stderr)
             return 2
-        items = [a for a in items if (a.get("status") or {}).get("decision") in (None, "Pending")]
+        items = [a for a in items if approval_decision(a) == PENDING]
     if args.output in ("json", "yaml"):
         print(dump(items, args.output, single=bool(args.name)))
     elif not items:

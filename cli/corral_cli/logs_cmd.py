@@ -32,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
 async def _logs(args: argparse.Namespace) -> int:
     kube, namespace = await connect(args)
     try:
-        reader = ReaderClient.from_args(args, kube, namespace)
+        reader = await ReaderClient.from_args(args, kube, namespace)
     except ReaderUnavailable as why:
         print(f"corral logs: {why}", file=sys.stderr)
         return EXIT_REFUSED

@@ -29,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def reply(args: argparse.Namespace) -> int:
-    from corral_operator.kube import MERGE_PATCH, KubeError, corral_path
+    from corral_kube import MERGE_PATCH, Conflict, KubeRefused
+    from corral_operator.kube import corral_path
 
     kube, namespace = await connect(args)
     path = corral_path("Session", namespace, args.session)
@@ -57,15 +58,13 @@ async def reply(args: argparse.Namespace) -> int:
             }
             try:
                 await kube.request("PATCH", path, body=body, content_type=MERGE_PATCH)
-            except KubeError as err:
-                if err.status == 409:
-                    continue
-                raise
+            except Conflict:
+                continue
             print(f"session.corral.dev/{args.session} replied ({len(replies)} replies)")
             return EXIT_OK
         print("corral reply: the Session kept changing; try again", file=sys.stderr)
         return EXIT_REFUSED
-    except KubeError as err:
+    except KubeRefused as err:
         print(f"corral reply: the API server refused: {err}", file=sys.stderr)
         return EXIT_REFUSED
     finally:

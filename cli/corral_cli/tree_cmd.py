@@ -67,13 +67,14 @@ def _line(node: Obj) -> str:
 
 
 async def _tree(args: argparse.Namespace) -> int:
-    from corral_operator.kube import KubeError, corral_path
+    from corral_kube import KubeRefused
+    from corral_operator.kube import corral_path
 
     kube, namespace = await connect(args)
     try:
         sessions = await kube.list(corral_path("Session", namespace))
-    except KubeError as err:
-        print(f"Error from server: {err.reason}", file=sys.stderr)
+    except KubeRefused as err:
+        print(f"Error from server: {err.message}", file=sys.stderr)
         return EXIT_REFUSED
     finally:
         await kube.close()

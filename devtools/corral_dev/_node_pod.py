@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import logging
 import os
@@ -26,8 +25,10 @@ from typing import Any
 
 import httpx
 
+from corral_api.timestamps import now_rfc3339
+from corral_kube import KubeClient, KubeError, NotFound
+
 from ._node_host import NodeHost
-from ._node_kube import KubeError, NodeKube
 from ._node_spec import (
     API_VOLUME_DIR_MODE,
     EMPTY_DIR_MODE,
@@ -60,10 +61,6 @@ DEFAULT_FILE_MODE = 0o644  # the API's default for secret, configMap and project
 
 def _mode(source: dict[str, Any]) -> int:
     return int(source.get("defaultMode", DEFAULT_FILE_MODE))
-
-
-def now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Owner:
@@ -112,7 +109,7 @@ def _write_atomic(
 class PodRunner:
     def __init__(
         self,
-        kube: NodeKube,
+        kube: KubeClient,
         pod: dict[str, Any],
         *,
         node_name: str,
@@ -152,7 +149,7 @@ class PodRunner:
             ContainerRun(c["name"], c.get("image", "")) for c in self.spec.get("containers", [])
         ]
         self.init_failed = False
-        self.start_time = now()
+        self.start_time = now_rfc3339()
         self.volumes: dict[str, Path] = {}
         self.processes: dict[str, asyncio.subprocess.Process] = {}
         self.stopping = False
@@ -300,10 +297,11 @@ class PodRunner:
                 log.warning("pod %s: volume refresh failed: %s", self.key, e)
 
     async def _object_data(self, plural: str, name: str, optional: bool) -> dict[str, str] | None:
+        path = f"/api/v1/namespaces/{self.namespace}/{plural}/{name}"
         try:
-            obj = await self.kube.get(f"/api/v1/namespaces/{self.namespace}/{plural}/{name}")
-        except KubeError as e:
-            if e.status == 404 and optional:
+            obj = await self.kube.request("GET", path)
+        except NotFound:
+            if optional:
                 return None
             raise
         if plural == "secrets":
@@ -545,7 +543,7 @@ class PodRunner:
                 continue
             self.processes[run.name] = process
             run.state, run.reason, run.message = "running", "", ""
-            run.pid, run.started_at, run.exit_code = process.pid, now(), None
+            run.pid, run.started_at, run.exit_code = process.pid, now_rfc3339(), None
             probe = container.get("readinessProbe") if not init else None
             run.ready = probe is None and not init
             self._dirty.set()
@@ -558,7 +556,7 @@ class PodRunner:
                 return True
             run.state, run.ready, run.exit_code = "terminated", False, code
             run.reason = "Completed" if code == 0 else "Error"
-            run.finished_at = now()
+            run.finished_at = now_rfc3339()
             self._dirty.set()
             if not restart_wanted(policy, code):
                 return code == 0 or not init
@@ -612,7 +610,7 @@ class PodRunner:
             pod_ip=self.pod_ip,
             host_ip=self.host_ip,
             start_time=self.start_time,
-            now=now(),
+            now=now_rfc3339(),
             init=self.init_runs,
             main=self.main_runs,
             previous_conditions=self._conditions,
@@ -643,14 +641,10 @@ class PodRunner:
                     content_type="application/merge-patch+json",
                 )
                 last = text
+            except NotFound:
+                self.gone = True
+                return
             except KubeError as e:
-                if e.status == 404:
-                    self.gone = True
-                    return
-                log.warning("pod %s: status update failed: %s", self.key, e)
-                await asyncio.sleep(0.5)
-                self._dirty.set()
-            except httpx.HTTPError as e:
                 log.warning("pod %s: status update failed: %s", self.key, e)
                 await asyncio.sleep(0.5)
                 self._dirty.set()

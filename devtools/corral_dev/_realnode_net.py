@@ -157,26 +157,6 @@ def _recorded_work(path: Path) -> Path | None:
     return Path(text) if text.startswith("/") and text != "/" else None
 
 
-def reap_stale(service_cidr: str = "198.19.0.0/16") -> list[int]:
-    """Reap every slot whose claimant is gone (a run killed before it could stop its node)."""
-    reaped: list[int] = []
-    if not SLOTS_DIR.is_dir():
-        return reaped
-    for path in sorted(SLOTS_DIR.iterdir()):
-        if not path.name.isdigit() or int(path.name) >= MAX_SLOTS:
-            continue
-        try:
-            owner = int((path / "pid").read_text())
-        except (OSError, ValueError):
-            owner = 0
-        if owner and _alive(owner):
-            continue
-        reap(NodeNet(Addresses(int(path.name), service_cidr)), _recorded_work(path))
-        shutil.rmtree(path, ignore_errors=True)
-        reaped.append(int(path.name))
-    return reaped
-
-
 def reap(net: NodeNet, work: Path | None) -> list[str]:
     """Kill every process of the node (in its network namespace or its pods', or naming its
     work dir or namespace on the command line), unmount everything under its work dir, delete

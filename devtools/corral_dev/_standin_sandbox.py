@@ -1,8 +1,9 @@
 """STAND-IN SANDBOX for the 1,000-Session benchmark: many sandbox pods answered by one process.
 
 A real sandbox pod is three processes (harness, tools, custodian); 1,000 of them do not fit on
-two cores. This stand-in takes the place of the kubelet and of every pod's containers at once,
-and says so in its name, its log and the benchmark's output. What it does:
+two cores (docs/performance.md, part A). This stand-in takes the place of the kubelet and of
+every pod's containers at once, and says so in its name, its log and the benchmark's output.
+What it does:
 
 - watches the namespace's sandbox pods (the labels the operator puts on them) and marks each
   one Running and Ready on an address of its own (127.A.B.1, away from the local node's
@@ -503,8 +504,8 @@ def api_client(kubeconfig: Path) -> httpx.AsyncClient:
 
 # At most this many API calls in flight (a watch is not counted). 1,000 pods starting at once
 # queued hundreds of calls in httpx's pool, which matches each queued call against every
-# connection on every change: that scan was most of the stand-in's CPU, and keep-alive limits
-# below the concurrency made it open a TLS connection per call.
+# connection on every change: that scan was most of the stand-in's CPU (docs/performance.md),
+# and keep-alive limits below the concurrency made it open a TLS connection per call.
 API_CONCURRENCY = 32
 
 

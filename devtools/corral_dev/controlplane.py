@@ -27,10 +27,11 @@ from .ports import free_port as free_port  # re-exported: tests and benchmarks c
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-control-plane.sh"
 # kind (as kubectl names it) -> API path prefix, plural, namespaced: what `get_object` reads.
+CORRAL_PLURALS = ("agents", "approvals", "evidences", "freezes", "goals", "sessions")
 RESOURCES: dict[str, tuple[str, str, bool]] = {
     **{
         k: ("apis/corral.dev/v1alpha1", plural, True)
-        for plural in ("agents", "approvals", "evidences", "freezes", "goals", "sessions")
+        for plural in CORRAL_PLURALS
         for k in (plural, plural[:-1])
     },
     **{
@@ -121,8 +122,8 @@ class ControlPlane:
         subject = "/CN=" + username.replace("/", r"\/")
         for group in groups or []:
             subject += "/O=" + group.replace("/", r"\/")
-        # P-256, not RSA: a test mints several identities, and an RSA key costs a CPU-bound
-        # fraction of a second each on CI's 2 cores; the API server takes either.
+        # P-256, not RSA: a test mints several identities, and RSA keys are slow to make
+        # (docs/performance.md, "Test rig"); the API server takes either.
         _openssl(
             "genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256",
             "-out", str(key), cwd=pki,
@@ -157,7 +158,8 @@ class ControlPlane:
     ) -> dict[str, Any] | None:
         """One object, read as the admin straight from the API server (None when it does not
         exist): what `kubectl get KIND NAME -o json` answers, without a process. Tests poll
-        with it many times a second; a kubectl process costs ~0.1 s of CPU each time."""
+        with it many times a second, and a kubectl process each time costs CPU
+        (docs/performance.md, "Test rig")."""
         resource = RESOURCES.get(kind.lower())
         if resource is None:
             raise ValueError(f"no API path known for kind {kind!r}: use kubectl")
@@ -205,8 +207,22 @@ class ControlPlane:
 
     def api_get(self, path: str) -> dict[str, Any] | None:
         """GET `path` on the API server as the admin; None on 404."""
+        return self.api_send("GET", path)
+
+    def api_send(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any] | None:
+        """`method` on `path` as the admin, with `body` as JSON; the answer, None on 404."""
+        data = None if body is None else json.dumps(body).encode()
+        headers = {"Accept": "application/json"}
+        if data is not None:
+            headers["Content-Type"] = content_type
         request = urllib.request.Request(
-            f"{self.server}{path}", headers={"Accept": "application/json"}
+            f"{self.server}{path}", data=data, method=method, headers=headers
         )
         try:
             with urllib.request.urlopen(request, context=self._admin_tls(), timeout=30) as answer:
@@ -215,6 +231,32 @@ class ControlPlane:
             if e.code == 404:
                 return None
             raise
+
+    # ------------------------------------------------------------------ namespaces
+
+    def create_namespace(self, name: str, labels: dict[str, str] | None = None) -> None:
+        """A namespace with `labels`, in one request (two kubectl processes before)."""
+        meta: dict[str, Any] = {"name": name, "labels": dict(labels or {})}
+        self.api_send("POST", "/api/v1/namespaces", {"metadata": meta})
+
+    def release_namespace(self, name: str) -> None:
+        """Delete a test's namespace so that it is really gone. Corral's objects carry the
+        operator's finalizer, and a test's operator has stopped by now: left alone, the
+        namespace stays Terminating and the namespace controller lists every resource type
+        in it again and again for the rest of the run, most of the API server's and etcd's
+        CPU in a long tier (docs/performance.md, "Test rig"). So the finalizers go too."""
+        self.api_send("DELETE", f"/api/v1/namespaces/{name}")
+        for plural in CORRAL_PLURALS:
+            found = self.api_get(f"/apis/corral.dev/v1alpha1/namespaces/{name}/{plural}")
+            for item in (found or {}).get("items") or []:
+                meta = item.get("metadata") or {}
+                if meta.get("finalizers"):
+                    self.api_send(
+                        "PATCH",
+                        f"/apis/corral.dev/v1alpha1/namespaces/{name}/{plural}/{meta['name']}",
+                        {"metadata": {"finalizers": None}},
+                        "application/merge-patch+json",
+                    )
 
     def _admin_tls(self) -> ssl.SSLContext:
         if self._tls is None:

@@ -21,18 +21,6 @@ from packaging.utils import canonicalize_name
 PREFIX = "opt/corral"  # the venv every image installs into (its Dockerfile)
 SITE_PACKAGES = re.compile(rf"^{PREFIX}/lib/python(3\.\d+)/site-packages/")
 BIN = f"{PREFIX}/bin/"
-# The top-level packages of the `corral` wheel (pyproject.toml), whichever role they serve.
-CORRAL_PACKAGES = frozenset(
-    {
-        "corral_api",
-        "corral_common",
-        "corral_operator",
-        "corral_harness",
-        "corral_custodian",
-        "corral_cli",
-        "corral_dev",
-    }
-)
 # Seeded by `python -m venv` before the install: the venv's own installer, in no closure.
 VENV_SEED = frozenset({"pip", "setuptools"})
 _SCRIPT_MODULE = re.compile(r"^from\s+([\w.]+)\s+import\s", re.M)
@@ -49,15 +37,20 @@ class Role:
 
 
 # As the Dockerfiles install them: `.[operator]` (operator/Dockerfile) and
-# `.[sandbox,tracing]` (harness_image/Dockerfile).
+# `.[sandbox,tracing]` (harness_image/Dockerfile). Both hold the Kubernetes client: the
+# operator and the custodian reach the API server through it (ADR 0101).
 ROLES = {
     "operator": Role(
-        "operator", ("operator",), frozenset({"corral_api", "corral_common", "corral_operator"})
+        "operator",
+        ("operator",),
+        frozenset({"corral_api", "corral_common", "corral_kube", "corral_operator"}),
     ),
     "sandbox": Role(
         "sandbox",
         ("sandbox", "tracing"),
-        frozenset({"corral_api", "corral_common", "corral_harness", "corral_custodian"}),
+        frozenset(
+            {"corral_api", "corral_common", "corral_kube", "corral_harness", "corral_custodian"}
+        ),
     ),
 }
 

@@ -31,11 +31,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import httpx
+from corral_api.timestamps import now_rfc3339
+from corral_kube import Conflict, Gone, KubeClient, KubeError, NotFound
 
 from ._node_host import NodeHost, shares_from_env
-from ._node_kube import Gone, KubeError, NodeKube
-from ._node_pod import PodRunner, now
+from ._node_kube import node_kube
+from ._node_pod import PodRunner
 
 log = logging.getLogger("corral.localnode")
 HOST_IP = "127.0.0.1"
@@ -103,7 +104,7 @@ class LocalNode:
         self.pool = LoopbackPool()
         self.pods: dict[str, PodRunner] = {}  # by uid
         self._stop = asyncio.Event()
-        self._kube: NodeKube | None = None
+        self._kube: KubeClient | None = None
         self._finishing: set[asyncio.Task[None]] = set()
         self._deleting: set[str] = set()  # uids whose removal is under way
 
@@ -112,9 +113,8 @@ class LocalNode:
     async def run(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         if self.host.root:
-            # Only root reads the node's client keys and the pods' directories.
-            for part in ("client", "pods"):
-                (self.workdir / part).mkdir(mode=0o700, exist_ok=True)
+            # Only root reads the pods' directories.
+            (self.workdir / "pods").mkdir(mode=0o700, exist_ok=True)
         else:
             log.warning(
                 "the local node runs as uid %d, not as root with user switching on: every "
@@ -123,7 +123,7 @@ class LocalNode:
                 os.geteuid(),
             )
         self.host.start()
-        self._kube = NodeKube(self.kubeconfig, self.workdir / "client")
+        self._kube = node_kube(self.kubeconfig)
         try:
             await self._register()
             watcher = asyncio.create_task(self._watch_pods(), name="watch pods")
@@ -142,13 +142,13 @@ class LocalNode:
         self._stop.set()
 
     @property
-    def kube(self) -> NodeKube:
+    def kube(self) -> KubeClient:
         assert self._kube is not None, "the node is not running"
         return self._kube
 
     def _node_status(self) -> dict[str, Any]:
         capacity = {"cpu": "8", "memory": "32Gi", "pods": "250", "ephemeral-storage": "100Gi"}
-        stamp = now()
+        stamp = now_rfc3339()
         return {
             "capacity": capacity,
             "allocatable": capacity,
@@ -205,11 +205,8 @@ class LocalNode:
             "kind": "Node",
             "metadata": {"name": self.node_name, "labels": self.labels},
         }
-        try:
+        with contextlib.suppress(Conflict):  # registered before: its status is patched below
             await self.kube.request("POST", "/api/v1/nodes", body=body)
-        except KubeError as e:
-            if e.status != 409:
-                raise
         await self._patch_node_status()
 
     async def _patch_node_status(self) -> None:
@@ -225,7 +222,7 @@ class LocalNode:
             await asyncio.sleep(20)
             try:
                 await self._patch_node_status()
-            except (KubeError, httpx.HTTPError) as e:
+            except KubeError as e:
                 log.warning("node heartbeat failed: %s", e)
 
     # ---------------------------------------------------------------------------------- pods
@@ -233,7 +230,7 @@ class LocalNode:
     async def _watch_pods(self) -> None:
         while True:
             try:
-                listed = await self.kube.get("/api/v1/pods")
+                listed = await self.kube.request("GET", "/api/v1/pods")
                 version = listed["metadata"]["resourceVersion"]
                 seen = set()
                 for pod in listed.get("items", []):
@@ -253,7 +250,7 @@ class LocalNode:
                             await self._on_pod(pod)
             except Gone:
                 continue  # list again from now
-            except (KubeError, httpx.HTTPError) as e:
+            except KubeError as e:
                 log.warning("pod watch failed (%s); listing again", e)
                 await asyncio.sleep(1.0)
 
@@ -287,9 +284,10 @@ class LocalNode:
                     "target": {"apiVersion": "v1", "kind": "Node", "name": self.node_name},
                 },
             )
+        except (NotFound, Conflict):
+            pass  # gone, or bound by someone else meanwhile
         except KubeError as e:
-            if e.status not in (404, 409):  # gone, or bound by someone else meanwhile
-                log.warning("binding %s/%s failed: %s", meta["namespace"], meta["name"], e)
+            log.warning("binding %s/%s failed: %s", meta["namespace"], meta["name"], e)
 
     def _start(self, pod: dict[str, Any]) -> None:
         meta = pod["metadata"]
@@ -347,9 +345,10 @@ class LocalNode:
                         "preconditions": {"uid": meta["uid"]},
                     },
                 )
+            except (NotFound, Conflict):
+                pass  # gone already, or another pod of that name now
             except KubeError as e:
-                if e.status not in (404, 409):
-                    log.warning("removing %s/%s failed: %s", meta["namespace"], meta["name"], e)
+                log.warning("removing %s/%s failed: %s", meta["namespace"], meta["name"], e)
             finally:
                 self._deleting.discard(meta["uid"])
 

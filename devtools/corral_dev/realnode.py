@@ -20,9 +20,9 @@ brings the node up against a running `ControlPlane`:
 
 `RealNode.stop()` stops all of it, removes every container, unmounts everything under `work`,
 deletes the namespace (and with it every rule the node made) and the host's end of the link.
-A run killed before it could stop is reaped by the next `start()` (or `reap_stale()`): each node
-claims a slot under /run/corral-realnode recording its pid and work dir. Needs root;
-`unavailable_reason()` says why a machine cannot run it.
+A run killed before it could stop is reaped by the next `start()`: each node claims a slot
+under /run/corral-realnode recording its pid and work dir. Needs root; `unavailable_reason()`
+says why a machine cannot run it.
 """
 
 from __future__ import annotations
@@ -54,11 +54,6 @@ NODE_SERVICE_CIDR = "198.19.0.0/16"
 
 class NodeError(Exception):
     """The real node could not be built or started."""
-
-
-def reap_stale() -> list[int]:
-    """Clean up after nodes whose process is gone; returns the slots reaped."""
-    return rnet.reap_stale(NODE_SERVICE_CIDR)
 
 
 @dataclass(frozen=True)

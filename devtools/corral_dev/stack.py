@@ -66,8 +66,8 @@ def render_chart(
 
 
 def apply_docs(cp: ControlPlane, docs: list[dict[str, Any]]) -> None:
-    """Each document applied server-side, in order (every test applies the chart's RBAC: a
-    `kubectl apply` process for it cost more CPU than the rest of a short test)."""
+    """Each document applied server-side, in order (every test applies the chart's RBAC, and a
+    `kubectl apply` process for it was dear: docs/performance.md, "Test rig")."""
     for doc in docs:
         cp.apply_object(doc)
 

@@ -28,13 +28,8 @@ from corral_api.kinds import MAX_OUTPUT_TOKENS_CAP, ThinkingLevel
 CATALOG_ENV = "CORRAL_MODEL_CATALOG"
 SHIPPED_CATALOG = Path(__file__).with_name("models.json")
 
-THINKING_LEVELS: tuple[ThinkingLevel, ...] = ("low", "medium", "high")
-
 # Thinking budget (tokens) sent with every generation, per level.
 THINKING_BUDGETS: dict[str, int] = {"low": 1024, "medium": 4096, "high": 16000}
-
-# Window used for a model the catalog does not know (assembly stays conservative).
-DEFAULT_CONTEXT_WINDOW = 100_000
 
 # What a model id may look like: the Messages API's ids, dated ids and platform-specific ones.
 MODEL_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,127}$"
@@ -208,13 +203,6 @@ def window_of(name: str) -> int | None:
     """The registered context window, or None for a model the catalog does not know."""
     info = models().get(name)
     return info.context_window if info is not None else None
-
-
-def resolve_thinking_level(level: str) -> ThinkingLevel:
-    for known in THINKING_LEVELS:
-        if level == known:
-            return known
-    raise ValueError(f"unknown thinking level {level!r}; expected one of low, medium, high")
 
 
 def clamp_output_tokens(info: ModelInfo, requested: int | None) -> int:

@@ -44,6 +44,7 @@ from corral_api.wire import (
 from corral_common import logs
 from corral_common.approval_files import ApprovalFiles
 from corral_common.session_files import SessionFiles
+from corral_kube import KubeError
 
 from . import rules
 from ._auth import RequireCredential
@@ -51,7 +52,7 @@ from ._bundle import BundleRefused, write_capped
 from ._delivery import BaseUnavailable, Deliveries, with_remote_head
 from ._git import GitPusher
 from ._hooks import add_hook_routes
-from ._kube import KubeClient, KubeError
+from ._kube import kube_client
 from ._live import LiveError, LiveState
 from ._memory import MEMORY_TOOLS, MemoryService, memory_router
 from ._proxy import BodyTooLarge, ModelProxy, read_capped
@@ -89,7 +90,7 @@ class Custodian:
     def __init__(self, settings: CustodianSettings) -> None:
         self.settings = settings
         self.usage = UsageStore(settings.state_dir)
-        self.kube = KubeClient(settings.kube) if settings.kube is not None else None
+        self.kube = kube_client(settings.kube) if settings.kube is not None else None
         self.live = LiveState(settings, self.kube)
         self.proxy = ModelProxy(settings, self.live, self.usage)
         # The mirror lives where only the custodian writes; the agent's commits arrive as

@@ -25,11 +25,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import ValidationError
 
+from corral_api.timestamps import now_rfc3339
 from corral_api.wire import BundleBase, DeliverRequest, DeliveryRecord, DeliveryState
 
 from ._git import GitPusher, GitResult
@@ -46,10 +46,6 @@ class BaseUnavailable(Exception):
     def __init__(self, result: GitResult) -> None:
         super().__init__(result.message)
         self.result = result
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Deliveries:
@@ -97,7 +93,7 @@ class Deliveries:
                 state=state,
                 branch=self._branch or "",
                 revision=pushed or (last.revision if last else None),
-                pushedAt=_now() if pushed else (last.pushedAt if last else None),
+                pushedAt=now_rfc3339() if pushed else (last.pushedAt if last else None),
                 attempted=attempted,
                 message=message,
                 submissionId=request.submissionId,

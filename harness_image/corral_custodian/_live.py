@@ -22,9 +22,10 @@ from pydantic import ValidationError
 from corral_api.freeze import FrozenBy, covering_freeze, needs_ancestors
 from corral_api.kinds import MAX_DEPTH_CAP, AgentSpec, SessionSpec
 from corral_common.session_files import SessionFiles
+from corral_kube import KubeClient, KubeError, KubeRefused
 
 from . import rules
-from ._kube import KubeClient, KubeError, corral_path
+from ._kube import corral_path
 from .budget import Budget, lowest
 from .facts import SessionFacts
 from .settings import CustodianSettings, SettingsError
@@ -96,7 +97,8 @@ class LiveState:
         except KubeError as e:
             raise LiveError(
                 f"the custodian cannot read its session from the cluster: {e}",
-                retryable=e.status >= 500 or e.status == 429,
+                # Unreachable, or the token unreadable for now: as a 5xx, worth a retry.
+                retryable=not isinstance(e, KubeRefused) or e.status >= 500 or e.status == 429,
             ) from e
         except SettingsError as e:
             raise LiveError(str(e)) from e

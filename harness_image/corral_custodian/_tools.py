@@ -14,6 +14,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
+from corral_api.decisions import APPROVED, PENDING, approval_decision, decision_of_verdict
 from corral_api.digest import check_definition_digest
 from corral_api.evidence import verdict_for
 from corral_api.freeze import FROZEN_ERROR
@@ -21,11 +22,12 @@ from corral_api.labels import evidence_selector
 from corral_common import toolmatch
 from corral_common.approval_files import ApprovalFiles, ApprovalNotFound
 from corral_common.session_files import SessionFileError, SessionFiles
+from corral_kube import KubeClient, KubeError
 
 from . import rules
 from ._delivery import Deliveries, with_remote_head
 from ._git import GitPusher
-from ._kube import KubeClient, KubeError, corral_path
+from ._kube import corral_path
 from ._live import LiveError, LiveState, Loaded
 from ._secrets import redact
 from ._usage_store import UsageStore
@@ -150,7 +152,8 @@ class ControlTools:
             except (OSError, SessionFileError) as e:
                 raise ToolFailure(f"spawn_child failed: {e}") from e
         assert self._kube is not None
-        return await self._kube.create(corral_path(self.namespace, "sessions"), manifest)
+        path = corral_path(self.namespace, "sessions")
+        return dict(await self._kube.request("POST", path, body=manifest))
 
     async def _get_session(self, name: str) -> dict[str, Any] | None:
         if self._files is not None:
@@ -279,8 +282,10 @@ class ControlTools:
         existing = rules.pending_binding(mine, loaded.facts, ask)
         if existing is not None:
             return str(existing["metadata"]["name"])
-        created = await self._kube.create(
-            corral_path(self.namespace, "approvals"), rules.approval_manifest(loaded.facts, ask)
+        created = await self._kube.request(
+            "POST",
+            corral_path(self.namespace, "approvals"),
+            body=rules.approval_manifest(loaded.facts, ask),
         )
         return str(created["metadata"]["name"])
 
@@ -296,7 +301,7 @@ class ControlTools:
             return _error(action.reason)
         name = await self._create_approval(loaded, action)
         return ToolResult(
-            _json({"approval": name, "digest": action.digest, "decision": "Pending"}),
+            _json({"approval": name, "digest": action.digest, "decision": PENDING}),
             ends_turn=True,
         )
 
@@ -323,7 +328,7 @@ class ControlTools:
             submission_id=submission,
         )
         return ToolResult(
-            _json({"approval": record["id"], "digest": record["digest"], "decision": "Pending"}),
+            _json({"approval": record["id"], "digest": record["digest"], "decision": PENDING}),
             ends_turn=True,
         )
 
@@ -344,11 +349,11 @@ class ControlTools:
         approval = await self._kube.get(corral_path(self.namespace, "approvals", name))
         if approval is None or not rules.own_approval(approval, loaded.facts):
             return None
-        decision = rules.approval_decision(approval)
+        decision = approval_decision(approval)
         answer: dict[str, Any] = {"approval": name, "decision": decision, "ready": True}
         action = (approval.get("spec") or {}).get("action") or {}
         check = loaded.facts.land_check
-        if decision == "Approved" and action.get("tool") == "land" and check is not None:
+        if decision == APPROVED and action.get("tool") == "land" and check is not None:
             try:
                 revision = str(json.loads(str(action.get("arguments")))["revision"])
             except (ValueError, KeyError, TypeError):
@@ -369,8 +374,7 @@ class ControlTools:
             verdict = self._local_approvals.decision(name, scope=loaded.facts.name)
         except ApprovalNotFound:
             return None
-        decision = {"approved": "Approved", "denied": "Denied"}.get(verdict or "", "Pending")
-        return {"approval": name, "decision": decision, "ready": True}
+        return {"approval": name, "decision": decision_of_verdict(verdict), "ready": True}
 
     async def _land_verdict(self, loaded: Loaded, check: Any, revision: str) -> str:
         """The verdict that counts for the landing check at `revision` (corral_api.evidence)."""
@@ -428,7 +432,7 @@ class ControlTools:
             if check is not None:
                 note += f" (the check {check.name!r} must also Pass at this revision)"
             return ToolResult(
-                _json({"approval": name, "digest": decision.digest, "decision": "Pending",
+                _json({"approval": name, "digest": decision.digest, "decision": PENDING,
                        "note": note}),
                 ends_turn=True,
             )  # fmt: skip

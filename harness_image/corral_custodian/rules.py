@@ -12,12 +12,13 @@ import json
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import urlsplit
 
+from corral_api.decisions import PENDING, approval_decision
 from corral_api.digest import check_definition_digest
 from corral_api.evidence import verdict_for
-from corral_api.kinds import LandingCheck
+from corral_api.kinds import FINAL_PHASES, LandingCheck
 from corral_common.branches import landing_target_refusal, session_branch_refusal
 
 from ._digest import action_digest, canonical_json
@@ -263,8 +264,6 @@ def child_session_manifest(
     }
 
 
-WaitMode = Literal["all", "first", "quorum", "supervise"]
-FINISHED = {"Succeeded", "Failed", "Stopped"}
 
 
 @dataclass(frozen=True)
@@ -305,7 +304,7 @@ def decide_wait(
         rows = [r for r in rows if r["name"] in names]
     if not rows:
         return Refusal("this session has no children to wait for")
-    finished = [r for r in rows if r["phase"] in FINISHED]
+    finished = [r for r in rows if r["phase"] in FINAL_PHASES]
     succeeded = [r for r in rows if r["phase"] == "Succeeded"]
     failed = [r for r in rows if r["phase"] in ("Failed", "Stopped")]
     if mode == "all":
@@ -539,7 +538,7 @@ def decide_land(
     # Each Approval's decision is final, but a later request may be decided differently:
     # the newest decided Approval for this exact call is the one that counts.
     decided = sorted(
-        (a for a in binding if approval_decision(a) != "Pending"),
+        (a for a in binding if approval_decision(a) != PENDING),
         key=lambda a: (str(a["metadata"].get("creationTimestamp", "")), a["metadata"]["name"]),
     )
     latest = approval_decision(decided[-1]) if decided else None
@@ -587,10 +586,6 @@ def approval_binds(approval: dict[str, Any], facts: SessionFacts, tool: str, dig
     except (TypeError, ValueError):
         return False
     return action_digest(tool, stated) == digest
-
-
-def approval_decision(approval: dict[str, Any]) -> str:
-    return str((approval.get("status") or {}).get("decision") or "Pending")
 
 
 def evidence_refusal(
@@ -675,7 +670,7 @@ def pending_binding(
     after a harness restart, the model calling twice), it is reused, never doubled."""
     for approval in approvals:
         if approval_binds(approval, facts, ask.tool, ask.digest) and (
-            approval_decision(approval) == "Pending"
+            approval_decision(approval) == PENDING
         ):
             return approval
     return None

@@ -251,8 +251,8 @@ class PoolGate:
 
 
 def _preload_engine() -> None:
-    # Load the adapter this pod will run (CORRAL_ENGINE), not the SDK regardless: the lean one
-    # loads in milliseconds, the SDK in seconds, and the pod says ready only once it is in.
+    # Load the adapter this pod will run (CORRAL_ENGINE), not the SDK regardless: the SDK loads
+    # far slower (ADR 0014), and the pod says ready only once it is in.
     from .engine.choice import engine_module
 
     try:

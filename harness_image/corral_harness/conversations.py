@@ -24,7 +24,7 @@ from corral_api.kinds import AgentSpec, SettlementStatus
 from corral_api.turnshape import ForcedPlan
 
 from . import metrics
-from .engine.messages import for_provider, tool_result_block
+from .engine.messages import for_provider, tool_result_block, tool_results_message
 from .engine.seam import DID_NOT_RUN
 from .store import ConversationLog, conversation_dir, conversation_dirs
 
@@ -416,7 +416,7 @@ def _join_result(transcript: list[dict[str, Any]], block: dict[str, Any]) -> Non
     ):
         last["content"].append(block)
     else:
-        transcript.append({"role": "user", "content": [block], "tool_results": True})
+        transcript.append(tool_results_message([block]))
 
 
 class Registry:

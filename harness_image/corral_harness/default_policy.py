@@ -12,7 +12,7 @@ from __future__ import annotations
 from fnmatch import fnmatchcase
 from typing import Any
 
-from .seams import ModelRequestPlan, ToolCall, ToolDecision, ToolSpec, TurnContext, TurnVerdict
+from .ports import ModelRequestPlan, ToolCall, ToolDecision, ToolSpec, TurnContext, TurnVerdict
 
 
 def tool_allowed(name: str, allow: list[str], deny: list[str]) -> bool:

@@ -37,7 +37,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from corral_api.wire import BUNDLE_CONTENT_TYPE, BundleAccepted, BundleBase
 
-from .seams import Workspace, WorkspaceError, workspace_text
+from .ports import Workspace, WorkspaceError, workspace_text
 from .tools._exec_client import StdoutFailed
 from .tools._local import child_env
 

@@ -2,13 +2,13 @@
 
 Each step of a turn makes one model request (to the custodian, plain HTTP in the pod) and one
 exec request (to the tools container's Unix socket). A general client (httpx with httpcore, h11
-and anyio under it) spent about a millisecond of the harness's CPU on each of them, more than
-the exec service takes to run `echo` (docs/performance.md, ADR 0087). Both peers speak a small
-part of HTTP/1.1, so this client speaks exactly that: keep-alive connections reused one request
-at a time, the request's head and body in one write, a response with Content-Length, chunked
-transfer coding, or read to the end of the connection. No TLS, proxies, redirects, cookies or
-compression: a caller that may meet those (an https model endpoint, a proxy in the
-environment) uses httpx.
+and anyio under it) spent more of the harness's CPU on each of them than the exec service takes
+to run `echo` (the figures: docs/performance.md, "Steps on a real repository"; ADR 0087). Both
+peers speak a small part of HTTP/1.1, so this client speaks exactly that: keep-alive
+connections reused one request at a time, the request's head and body in one write, a response
+with Content-Length, chunked transfer coding, or read to the end of the connection. No TLS,
+proxies, redirects, cookies or compression: a caller that may meet those (an https model
+endpoint, a proxy in the environment) uses httpx.
 """
 
 from __future__ import annotations

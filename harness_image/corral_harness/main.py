@@ -11,7 +11,7 @@ By hand, against the scripted model::
     curl -s 'localhost:8080/agents/demo/c1/updates?offset=0&wait=30'   # repeat from "offset"
 
 The model engine is the lean httpx adapter; CORRAL_ENGINE=sdk runs the official SDK adapter
-instead (it costs seconds at start; engine/choice.py, ADR 0014).
+instead (its import slows the start: engine/choice.py, ADR 0014).
 """
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from corral_common.catalog import check_catalog, window_of
 from .adopt import gate_for
 from .config import ConfigError, HarnessConfig
 from .custodian_client.memory import CustodianMemory
-from .hook_runners import HookRunners
+from .hooks.runners import HookRunners
 from .policy.turn_policy import CorralTurnPolicy, memory_per_scope
-from .seams import Workspace
+from .ports import Workspace
 from .server import create_app, workspace_for
 
 

@@ -38,17 +38,17 @@ from corral_api.wire import (
 from corral_common.catalog import UnknownModel, resolve_model
 
 from . import metrics
-from .checks import CheckRequest, run_check
+from .approvals.custodian_port import CustodianApprovalPort
+from .approvals.file_port import FileApprovalPort
 from .config import HarnessConfig
 from .conversations import Conversation, Registry, Submission, new_submission_id
-from .custodian_client.approvals import CustodianApprovalPort
 from .custodian_client.menu import MenuClient
 from .default_policy import DefaultPolicy
 from .delivery import TurnDelivery
 from .engine.choice import engine_loader as chosen_engine_loader
 from .engine.seam import EngineAdapter
-from .local_approvals import FileApprovalPort
-from .seams import ApprovalPort, TurnContext, TurnPolicy, Workspace
+from .evaluation_probe import CheckRequest, run_check
+from .ports import ApprovalPort, TurnContext, TurnPolicy, Workspace
 from .telemetry import TRACING
 from .tools import LocalWorkspace, WorkingTools
 from .tools._exec_client import ExecWorkspace
@@ -139,7 +139,7 @@ class _ServerState:
             lambda: self.engine_warm.append(asyncio.ensure_future(self.engine_loader()))
         )
         if TRACING.wanted():
-            # The OTLP exporter's import (~0.1 s) goes to a thread, off the first request.
+            # The OTLP exporter's import goes to a thread, off the first request (docs/tracing.md).
             asyncio.get_running_loop().run_in_executor(None, TRACING.configured)
         yield
         warm.cancel()
@@ -443,7 +443,7 @@ def _add_turn_control_routes(app: FastAPI, state: _ServerState) -> None:
 
 
 def _add_check_routes(app: FastAPI, state: _ServerState) -> None:
-    """/checks: a check run in the workspace (checks.py)."""
+    """/checks: a check run in the workspace (evaluation_probe.py)."""
     workspace = state.workspace
 
     @app.post("/checks")

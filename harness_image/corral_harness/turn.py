@@ -3,7 +3,8 @@
 It gathers the tools (the working tools and this submission's Menu), writes the prompt, every
 model answer and every tool result to the conversation as they happen, enforces the pick rules
 (only the first pick of a model answer runs; nothing runs after a pick that ended the turn),
-routes `ask` outcomes to the approval port, and settles the submission.
+routes `ask` outcomes to the approval port, and settles the submission. Every request's messages
+are the engine's own list, with what the turn writes itself spliced in (ADR 0100).
 """
 
 from __future__ import annotations
@@ -26,14 +27,17 @@ from . import metrics
 from .conversations import Conversation, Submission, SweepStatus
 from .custodian_client.menu import MenuClient, MenuUnavailable
 from .delivery import TurnDelivery, task_of
-from .engine.messages import for_provider, text_of, tool_result_block
+from .engine.messages import for_provider, text_of, tool_result_block, user_text
 from .engine.seam import (
     ALLOW,
     DID_NOT_RUN,
     EngineAdapter,
     EngineEvent,
+    EngineHooks,
     EngineJob,
+    EngineOutcome,
     EngineTool,
+    Listener,
     MessageEnd,
     RequestPlan,
     StepBoundary,
@@ -48,7 +52,7 @@ from .ledger import Layer, Outcome, TurnLedger
 from .memory import KEEP_TURNS, prune_turn_records
 from .policy.structured import check_output, schema_instruction, send_back_reason
 from .policy.tool_search import TOOL_SEARCH_NAME
-from .seams import ApprovalPort, ToolCall, ToolSpec, TurnContext, TurnPolicy, TurnVerdict
+from .ports import ApprovalPort, ToolCall, ToolSpec, TurnContext, TurnPolicy, TurnVerdict
 from .telemetry import TRACING, RunTrace
 from .tools import ToolResult, WorkingTools
 from .turnshape.plan import PlanBook
@@ -109,8 +113,12 @@ class _Run:
         self.tokens = 0  # input + output over the turn's model calls, for the watch
         self.runaway = ""  # why the runaway watch stopped the turn
         self.engine: Any = None  # the engine running now (the watch aborts it)
-        self.job: EngineJob | None = None
+        self.job: EngineJob | None = None  # the job on the transcript running now
         self._steers: list[tuple[str | None, ThinkingLevel | None]] = []
+        # What the turn wrote to the transcript during this job besides what the engine appends
+        # (steers, compaction entries), each at the length the engine's list had then.
+        self._written: list[tuple[int, dict[str, Any]]] = []
+        self._engine_length = 0
         self.trace: RunTrace = TRACING.run(ctx.run_id or sub.id, conv.id, info.name)
         self._allowed: set[str] = set()  # call ids that passed before_tool_call
         self.layer_tokens: dict[str, int] = {}
@@ -122,12 +130,25 @@ class _Run:
 
     # --------------------------------------------------------------------------- the hooks
 
+    def begin_job(self, job: EngineJob) -> None:
+        """A job on the transcript starts: its context is the transcript as it stands."""
+        self.job = job
+        self._written = []
+        self._engine_length = len(job.context)
+
     async def convert_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        # The conversation's transcript is what the policy assembles from: it holds everything
-        # the engine holds (written as it happened) plus compaction entries. (A steer through
-        # the turn must be written to the transcript as well as given to the engine.)
+        """The engine's list with what the turn wrote during this job spliced in where it was
+        written. Rule: during a job the transcript grows only by what the engine appends (its
+        answers and tool results, written as heard) and by `_write`, so the two stay equal."""
+        self._engine_length = len(messages)
         self._apply_steers()  # a steer is written here, right before the next request
-        return list(self.conv.transcript)
+        return _spliced(messages, self._written)
+
+    def _write(self, message: dict[str, Any]) -> None:
+        """A message of the turn's own, not the engine's: into the transcript, and into every
+        later request of this job at the place it was written."""
+        self.conv.add_message(message)
+        self._written.append((self._engine_length, message))
 
     async def before_request(self, messages: list[dict[str, Any]]) -> RequestPlan:
         if self.runaway:
@@ -138,7 +159,7 @@ class _Run:
             raise StopRun(plan.stop_reason, plan.stop_error)
         if plan.compaction is not None:
             # A marked user message the next assembly recognises; appended, never sent as is.
-            self.conv.add_message(plan.compaction)
+            self._write(plan.compaction)
         system = plan.system
         if plan.call_only_lines:
             system = system + "\n\n" + "\n".join(plan.call_only_lines)
@@ -163,10 +184,8 @@ class _Run:
                 if self.job is not None:
                     self.job.thinking_level = thinking  # read by every later request
             if message is not None:
-                self.conv.add_message(
-                    {"role": "user", "content": [{"type": "text", "text": message}]}
-                )
-            self._event(
+                self._write(user_text(message))
+            self.emit(
                 "steered",
                 thinkingLevel=self.ctx.thinking_level,
                 **({"message": message} if message is not None else {}),
@@ -197,7 +216,7 @@ class _Run:
         spec = self.specs[call.name]
         if self.shape is not None and (off := self.shape.refusal(spec)) is not None:
             # Not a step of the current phase: an error result, recorded, never run.
-            self._event("step_rejected", toolUseId=call.id, name=call.name, reason=off)
+            self.emit("step_rejected", toolUseId=call.id, name=call.name, reason=off)
             return self._blocked(call, "deny", off)
         if self.turn_over:
             return self._blocked(call, "deny", "This call did not run: a pick ended the turn.")
@@ -216,7 +235,7 @@ class _Run:
             gate = self._blocked(call, "deny", decision.reason or "denied by policy")
             return replace(gate, abort=decision.abort_turn)
         if decision.outcome == "ask":
-            self._event(
+            self.emit(
                 "tool_blocked",
                 toolUseId=call.id,
                 name=call.name,
@@ -243,7 +262,7 @@ class _Run:
         elif isinstance(event, ToolStart):
             self.steps += 1
             self._watch()
-            self._event(
+            self.emit(
                 "tool_start", toolUseId=event.call.id, name=event.call.name, input=event.call.input
             )
             self.trace.tool_start(event.call.id, event.call.name)
@@ -253,7 +272,7 @@ class _Run:
             now = time.perf_counter()
             metrics.STEP_SECONDS.observe(now - self.last_step_at)
             self.last_step_at = now
-            self._event("step_boundary", step=event.step)
+            self.emit("step_boundary", step=event.step)
 
     def _on_message(self, event: MessageEnd) -> None:
         self.picked_in_answer = False
@@ -276,7 +295,7 @@ class _Run:
         text = text_of(message)
         if text:
             self.last_text = text
-        self._event(
+        self.emit(
             "message",
             role="assistant",
             content=message["content"],
@@ -308,7 +327,7 @@ class _Run:
         spec = self.specs.get(call.name)
         # The driver sends the pick sweep when a pick's answer says the turn is over.
         ends_turn = {"endsTurn": True} if spec is not None and spec.pick and self.turn_over else {}
-        self._event(
+        self.emit(
             "tool_end",
             toolUseId=call.id,
             name=call.name,
@@ -321,19 +340,20 @@ class _Run:
 
     # --------------------------------------------------------------------------- helpers
 
-    def _event(self, type_: str, **fields: Any) -> None:
+    def emit(self, type_: str, **fields: Any) -> None:
+        """An event of this submission on the conversation's stream."""
         self.conv.emit(type_, self.sub.id, **fields)
 
     def _blocked(self, call: ToolCall, outcome: Literal["deny", "ask"], reason: str) -> ToolGate:
         self.ledger.tool_blocked(call.name, reason)
-        self._event(
+        self.emit(
             "tool_blocked", toolUseId=call.id, name=call.name, outcome=outcome, reason=reason
         )
         return ToolGate(block=reason)
 
     async def _approved(self, call: ToolCall, reason: str) -> bool:
         approval_id = await self.deps.approvals.request(self.ctx, call, reason)
-        self._event("approval_requested", approvalId=approval_id, toolUseId=call.id, name=call.name)
+        self.emit("approval_requested", approvalId=approval_id, toolUseId=call.id, name=call.name)
         waiting = asyncio.ensure_future(self.deps.approvals.wait(approval_id))
         swept = asyncio.ensure_future(asyncio.shield(self.sub.sweep))
         pending: set[asyncio.Future[Any]] = {waiting, swept}
@@ -455,6 +475,75 @@ class _Run:
             log.exception("writing the turn record failed")  # the settlement stands regardless
 
 
+def _spliced(
+    messages: list[dict[str, Any]], written: list[tuple[int, dict[str, Any]]]
+) -> list[dict[str, Any]]:
+    """`messages` with each written message inserted before the entry at its index."""
+    spliced: list[dict[str, Any]] = []
+    pending = iter(written)
+    due = next(pending, None)
+    for index, message in enumerate(messages):
+        while due is not None and due[0] <= index:
+            spliced.append(due[1])
+            due = next(pending, None)
+        spliced.append(message)
+    while due is not None:
+        spliced.append(due[1])
+        due = next(pending, None)
+    return spliced
+
+
+class _JobRunner:
+    """Runs the submission's engine jobs (the shaper's `JobRunner`): each on a fresh engine,
+    the one the runaway watch aborts, until it ends or the submission's sweep comes."""
+
+    def __init__(self, adapter: EngineAdapter, run: _Run, tools: list[EngineTool]) -> None:
+        self.adapter = adapter
+        self.run = run
+        self.tools = tools
+
+    async def main(self) -> EngineOutcome:
+        """A job on the conversation's transcript as it stands, with the run's hooks and
+        listener; a call the engine left unanswered gets the did-not-run answer."""
+        run = self.run
+        job = EngineJob(
+            run.conv.id,
+            run.info,
+            run.ctx.thinking_level,
+            "",
+            self.tools,
+            list(run.conv.transcript),
+            None,
+            run.ctx.max_output_tokens,
+            run_id=run.ctx.run_id,
+        )
+        run.begin_job(job)
+        outcome = await self._until_swept(job, run, run.listen)
+        for call in outcome.unanswered:
+            run.conv.add_tool_result(tool_result_block(call.id, DID_NOT_RUN, True))
+        return outcome
+
+    async def side(self, job: EngineJob, hooks: EngineHooks, listener: Listener) -> EngineOutcome:
+        """A side call (the classifier, the planner): its own hooks and listener."""
+        return await self._until_swept(job, hooks, listener)
+
+    async def _until_swept(
+        self, job: EngineJob, hooks: EngineHooks, listener: Listener
+    ) -> EngineOutcome:
+        engine = self.adapter()
+        self.run.engine = engine
+        task = asyncio.ensure_future(engine.run(job, hooks, listener))
+        sweep_watch = asyncio.ensure_future(asyncio.shield(self.run.sub.sweep))
+        pending: set[asyncio.Future[Any]] = {task, sweep_watch}
+        try:
+            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            if task not in done:
+                engine.abort()
+            return await task
+        finally:
+            sweep_watch.cancel()
+
+
 def _add(total: Usage | None, more: Usage) -> Usage:
     if total is None:
         return more
@@ -502,8 +591,7 @@ class Turn:
             run_id=sub.run_id or sub.id,
             memory_scope=conv.agent,
         )
-        context = list(conv.transcript)
-        conv.add_message({"role": "user", "content": [{"type": "text", "text": sub.message}]})
+        conv.add_message(user_text(sub.message))
         if sub.sweep.done():  # swept before it could start
             conv.settle(sub, sub.sweep.result(), error=_aborted_error(sub.sweep.result()))
             return
@@ -518,49 +606,23 @@ class Turn:
         run = _Run(deps, conv, sub, ctx, specs, info)
         runs.append(run)
         sub.steer_to = run.steer
-        run._event(
+        run.emit(
             "turn_started",
             runId=ctx.run_id,
             requestedLoop=run.ledger.latest("requested_loop"),
             thinkingLevel=thinking,
         )
         tools = [EngineTool(spec, self._executor(spec, conv.id, run)) for spec in visible]
-        adapter = await deps.engine()
-
-        async def run_job(job: EngineJob, hooks: Any, listener: Any) -> Any:
-            engine = adapter()
-            run.engine, run.job = engine, job
-            outcome = await self._run_engine(engine, job, run, sub, hooks, listener)
-            if hooks is run:
-                for call in outcome.unanswered:
-                    conv.add_tool_result(tool_result_block(call.id, DID_NOT_RUN, True))
-            return outcome
-
+        runner = _JobRunner(await deps.engine(), run, tools)
         workspace = getattr(deps.tools, "workspace", None)
-        run.shape = TurnShape(run, run_job, self.plans, workspace)
-        begun = await run.shape.begin(adapter, tools)
+        run.shape = TurnShape(run, runner, self.plans, workspace)
+        begun = await run.shape.begin()
         if isinstance(begun, Finish):
             run.settle(begun.status, begun.error)  # type: ignore[arg-type]
             return
 
-        prompt = sub.message
         for attempt in range(SEND_BACKS + 1):
-            engine = adapter()
-            job = EngineJob(
-                conv.id,
-                info,
-                run.ctx.thinking_level,
-                "",
-                tools,
-                context,
-                prompt,
-                max_output,
-                run_id=ctx.run_id,
-            )
-            run.engine, run.job = engine, job
-            outcome = await self._run_engine(engine, job, run, sub)
-            for call in outcome.unanswered:
-                conv.add_tool_result(tool_result_block(call.id, DID_NOT_RUN, True))
+            outcome = await runner.main()
             if sub.sweep.done():
                 break
             if run.runaway:
@@ -591,9 +653,7 @@ class Turn:
                 run.settle("failed", {"type": failure, "message": verdict.reason})
                 return
             run.shape.sent_back(verdict.reason)
-            context = list(conv.transcript)
-            prompt = f"The turn is not done yet: {verdict.reason}"
-            conv.add_message({"role": "user", "content": [{"type": "text", "text": prompt}]})
+            conv.add_message(user_text(f"The turn is not done yet: {verdict.reason}"))
         status = sub.sweep.result()
         run.settle(status, _aborted_error(status))
 
@@ -611,25 +671,6 @@ class Turn:
         if attempt == SEND_BACKS:
             reason += f" (sent back {SEND_BACKS} times; stopping)"
         return TurnVerdict(accept=False, reason=reason)
-
-    async def _run_engine(
-        self,
-        engine: Any,
-        job: EngineJob,
-        run: _Run,
-        sub: Submission,
-        hooks: Any = None,
-        listener: Any = None,
-    ) -> Any:
-        task = asyncio.ensure_future(engine.run(job, hooks or run, listener or run.listen))
-        sweep_watch = asyncio.ensure_future(asyncio.shield(sub.sweep))
-        try:
-            done, _ = await asyncio.wait({task, sweep_watch}, return_when=asyncio.FIRST_COMPLETED)
-            if task not in done:
-                engine.abort()
-            return await task
-        finally:
-            sweep_watch.cancel()
 
     async def _await_sweep(self, sub: Submission, run: _Run) -> None:
         wait = self.deps.pick_sweep_seconds

@@ -1,4 +1,5 @@
-"""The operator's one way to the API server: raw JSON over kubernetes_asyncio's ApiClient.
+"""The operator's one way to the API server: corral_kube's client, with the paths of the kinds
+it writes and a bound on its writes in flight.
 
 Objects travel as plain dicts (the planners and the pod builder speak dicts), so this adapter
 maps a manifest's apiVersion/kind to its REST path and nothing more.
@@ -13,22 +14,30 @@ they wait here instead, cheaply, and a new Session's Secret and pod go first (AD
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes_asyncio import client, config
-from kubernetes_asyncio.client.exceptions import ApiException
-
 from corral_api import GROUP, VERSION
-
-MERGE_PATCH = "application/merge-patch+json"
+from corral_kube import (
+    MERGE_PATCH,
+    Conflict,
+    KubeClient,
+    KubeConfig,
+    KubeConfigError,
+    NotFound,
+    Query,
+    in_cluster,
+    in_cluster_available,
+    load_kubeconfig,
+)
 
 # Updates and deletes in flight at once by default (`--api-writes-in-flight`; creates and reads
 # are not held). On two cores, 6 kept a burst's status writes flowing (three a Session) while
 # creates went first; 4 starved them, 12 let them crowd the creates (docs/performance.md).
 WRITES_IN_FLIGHT = 6
 _HELD_METHODS = frozenset({"PATCH", "PUT", "DELETE"})
+# Many Sessions poll and patch at once; a pool of 100 was the bottleneck.
+_CONNECTIONS = 256
 
 _PLURALS = {
     "Pod": "pods",
@@ -42,15 +51,6 @@ _PLURALS = {
     "Approval": "approvals",
     "Freeze": "freezes",
 }
-
-
-class KubeError(Exception):
-    """The API server refused a call; `status` and `reason` say how."""
-
-    def __init__(self, status: int, reason: str) -> None:
-        self.status = status
-        self.reason = reason
-        super().__init__(f"{status}: {reason}")
 
 
 def collection_path(api_version: str, kind: str, namespace: str) -> str:
@@ -70,16 +70,9 @@ def corral_path(kind: str, namespace: str, name: str | None = None) -> str:
     return object_path(api, kind, namespace, name)
 
 
-def _reason(exc: ApiException) -> str:
-    try:
-        return str(json.loads(exc.body or b"{}").get("message") or exc.reason)
-    except (TypeError, ValueError, AttributeError):
-        return str(exc.reason)
-
-
 @dataclass
 class Kube:
-    api: client.ApiClient
+    client: KubeClient
     writes: asyncio.Semaphore = field(default_factory=lambda: asyncio.Semaphore(WRITES_IN_FLIGHT))
     # Updates and deletes waiting for a slot, and holding one (the operator's metrics).
     writes_waiting: int = 0
@@ -89,22 +82,27 @@ class Kube:
     async def connect(
         cls, kubeconfig: str | None = None, *, writes_in_flight: int = WRITES_IN_FLIGHT
     ) -> Kube:
-        configuration = client.Configuration()
-        if kubeconfig is None:
+        """`kubeconfig`; without one the pod's service account, else the default kubeconfig."""
+        if kubeconfig is None and in_cluster_available():
             try:
-                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-            except config.ConfigException:
-                await config.load_kube_config(client_configuration=configuration)
-        else:
-            await config.load_kube_config(
-                config_file=kubeconfig, client_configuration=configuration
-            )
-        # Many sessions poll and patch at once; the default pool of 100 is the bottleneck.
-        configuration.connection_pool_maxsize = 256
-        return cls(client.ApiClient(configuration), asyncio.Semaphore(writes_in_flight))
+                return cls.of(in_cluster(), writes_in_flight=writes_in_flight)
+            except KubeConfigError:
+                pass
+        return cls.of(load_kubeconfig(kubeconfig), writes_in_flight=writes_in_flight)
+
+    @classmethod
+    def of(cls, config: KubeConfig, *, writes_in_flight: int = WRITES_IN_FLIGHT) -> Kube:
+        # No client timeout (the operator never had one): the API server ends a request at its
+        # own --request-timeout (60 s), and in a burst a slow answer is not a failed one.
+        client = KubeClient(config, timeout=None, max_connections=_CONNECTIONS)
+        return cls(client, asyncio.Semaphore(writes_in_flight))
+
+    @property
+    def config(self) -> KubeConfig:
+        return self.client.config
 
     async def close(self) -> None:
-        await self.api.close()
+        await self.client.aclose()
 
     async def request(
         self,
@@ -112,15 +110,15 @@ class Kube:
         path: str,
         *,
         body: Any = None,
-        query: list[tuple[str, str]] | None = None,
+        query: Query | None = None,
         content_type: str = "application/json",
         answer: bool = True,
     ) -> Any:
         """One call; the answer parsed as JSON, or not parsed at all when not `answer` (a
         created pod's answer is some 10 kB the caller never reads)."""
-        types = {200: "object", 201: "object", 202: "object"} if answer else {}
+        options = {"body": body, "query": query, "content_type": content_type, "answer": answer}
         if method not in _HELD_METHODS:
-            return await self._call(method, path, body, query, content_type, types)
+            return await self.client.request(method, path, **options)
         self.writes_waiting += 1
         try:
             await self.writes.acquire()
@@ -128,7 +126,7 @@ class Kube:
             self.writes_waiting -= 1
         self.writes_sending += 1
         try:
-            return await self._call(method, path, body, query, content_type, types)
+            return await self.client.request(method, path, **options)
         finally:
             self.writes_sending -= 1
             self.writes.release()
@@ -137,43 +135,11 @@ class Kube:
         """(waiting, sending): updates and deletes waiting for a slot, and holding one."""
         return self.writes_waiting, self.writes_sending
 
-    async def _call(
-        self,
-        method: str,
-        path: str,
-        body: Any,
-        query: list[tuple[str, str]] | None,
-        content_type: str,
-        types: dict[int, str],
-    ) -> Any:
-        try:
-            result = await self.api.call_api(
-                path,
-                method,
-                query_params=query or [],
-                header_params={"Accept": "application/json", "Content-Type": content_type},
-                body=body,
-                response_types_map=types,
-                auth_settings=["BearerToken"],
-                _return_http_data_only=True,
-            )
-        except ApiException as exc:
-            raise KubeError(int(exc.status or 0), _reason(exc)) from None
-        return result
-
     async def get(self, path: str) -> dict[str, Any] | None:
-        try:
-            found = await self.request("GET", path)
-        except KubeError as err:
-            if err.status == 404:
-                return None
-            raise
-        return dict(found) if isinstance(found, dict) else None
+        return await self.client.get(path)
 
     async def list(self, path: str, label_selector: str | None = None) -> list[dict[str, Any]]:
-        query = [("labelSelector", label_selector)] if label_selector else []
-        found = await self.request("GET", path, query=query)
-        return list(found.get("items") or []) if isinstance(found, dict) else []
+        return await self.client.list(path, label_selector)
 
     async def create(self, manifest: dict[str, Any]) -> bool:
         """Create `manifest`; False when it exists already (a restart re-creating it)."""
@@ -188,10 +154,8 @@ class Kube:
         path = collection_path(manifest["apiVersion"], manifest["kind"], md["namespace"])
         try:
             created = await self.request("POST", path, body=manifest, answer=answer)
-        except KubeError as err:
-            if err.status == 409:
-                return None
-            raise
+        except Conflict:
+            return None
         return dict(created) if isinstance(created, dict) else {}
 
     async def delete(self, path: str, *, propagation: str = "Background") -> bool:
@@ -199,10 +163,8 @@ class Kube:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
         try:
             await self.request("DELETE", path, body=body, answer=False)
-        except KubeError as err:
-            if err.status == 404:
-                return False
-            raise
+        except NotFound:
+            return False
         return True
 
     async def patch_status(self, path: str, status: dict[str, Any]) -> dict[str, Any]:

@@ -445,7 +445,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logs.configure(args.log_format, logging.DEBUG if args.verbose else logging.INFO, sys.stderr)
     if not args.verbose:
         # A line per wire request and per handler run: with 1,000 Sessions, formatting them
-        # was a measurable part of the operator's CPU. Warnings and errors still show.
+        # cost the operator CPU (docs/performance.md). Warnings and errors still show.
         logging.getLogger("httpx").setLevel(logging.WARNING)
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     assert handlers  # importing the package registered every handler

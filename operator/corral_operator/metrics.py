@@ -23,6 +23,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from corral_api.decisions import PENDING, approval_decision
 from corral_api.kinds import SessionPhase, Usage
 
 from .kopfext.collector import PAUSES
@@ -206,8 +207,7 @@ class OperatorMetrics:
         if body is None:
             self.approvals.pop((namespace, name), None)
             return
-        decision = (body.get("status") or {}).get("decision") or "Pending"
-        self.approvals[(namespace, name)] = decision == "Pending"
+        self.approvals[(namespace, name)] = approval_decision(body) == PENDING
 
     # ---------------------------------------------------------------- the turn driver's view
 

@@ -32,10 +32,10 @@ class SharedTransport(httpx.AsyncBaseTransport):
     """The connection pools of every Session's wire client: one small pool per sandbox
     address, all sharing one TLS context.
 
-    An httpx client builds its own TLS context and pool (about 1.5 MB each); with hundreds of
-    Sessions that is most of the operator's memory, so clients close and the pools stay. One
-    pool for all addresses was no better: each request scans every connection of its pool, and
-    1,000 Sessions long-polling keep 1,000 connections open (docs/performance.md).
+    An httpx client builds its own TLS context and pool, and with hundreds of Sessions those
+    were most of the operator's memory, so clients close and the pools stay; one pool for all
+    addresses was no better, since each request scans every connection of its pool
+    (docs/performance.md, "1,000 Sessions", item 5).
     """
 
     def __init__(self) -> None:
@@ -119,8 +119,8 @@ _POD_STATUS = ("phase", "podIP", "podIPs", "conditions")
 
 
 def pod_essentials(pod: dict[str, Any]) -> dict[str, Any]:
-    """What a Session's pass reads of its pod (owner, deletion, address, readiness). A whole
-    pod is some 100 kB as Python objects; 1,000 of them were a fifth of the operator's memory."""
+    """What a Session's pass reads of its pod (owner, deletion, address, readiness): whole pods
+    kept for every Session cost the operator memory (docs/performance.md, item 2)."""
     md, status = pod.get("metadata") or {}, pod.get("status") or {}
     return {
         "apiVersion": pod.get("apiVersion", "v1"),

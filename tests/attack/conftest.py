@@ -98,7 +98,7 @@ class HookCalls:
     authorizations: list[str] = field(default_factory=list)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def canary_hook_server() -> Iterator[HookCalls]:
     calls = HookCalls("")
 
@@ -125,7 +125,7 @@ def canary_hook_server() -> Iterator[HookCalls]:
         server.shutdown()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def canary_memory_dsn() -> Iterator[str]:
     """A real PostgreSQL whose login is the memory canary; where PostgreSQL cannot run (and
     CORRAL_REQUIRE_NODE is unset), a DSN to a closed port, configured and mounted all the same."""
@@ -145,7 +145,7 @@ def canary_memory_dsn() -> Iterator[str]:
         yield f"postgresql://corral:{password}@127.0.0.1:{server.port}/postgres"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def canaries(canary_memory_dsn: str) -> Canaries:
     token = f"canary-git-{secrets.token_hex(10)}"
     return Canaries(
@@ -161,7 +161,7 @@ def canaries(canary_memory_dsn: str) -> Canaries:
 # ------------------------------------------------------------------------------- the sweep
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def canary_places(
     control_plane: ControlPlane,  # noqa: F811
     local_node: LocalNodeHandle,
@@ -180,7 +180,7 @@ def canary_places(
         shutil.rmtree(archive, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def canary_sweep(canaries: Canaries, canary_places: Places) -> Iterator[Sweep]:
     sweep = Sweep(canaries.all(), canary_places)
     try:
@@ -205,7 +205,7 @@ def _sweep_after_each_test(request: pytest.FixtureRequest, canary_sweep: Sweep) 
 # ---------------------------------------------------------------- the canaries in Sessions
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def operator_extras(
     canaries: Canaries, canary_hook_server: HookCalls, canary_places: Places
 ) -> Iterator[OperatorExtras]:

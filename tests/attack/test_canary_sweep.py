@@ -94,9 +94,9 @@ def _git(*args: str, cwd: Path | None = None, input: str | None = None) -> str:
 def own_namespace(control_plane: ControlPlane) -> Iterator[str]:
     """A namespace no operator watches: what the test writes there stays as written."""
     name = f"canary-self-{secrets.token_hex(4)}"
-    control_plane.kubectl("create", "namespace", name)
+    control_plane.create_namespace(name)
     yield name
-    control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    control_plane.release_namespace(name)
 
 
 def test_the_suites_sessions_hold_live_canaries_and_the_sweep_finds_each_planted_leak(

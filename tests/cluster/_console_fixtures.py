@@ -51,10 +51,10 @@ def person_token(cp: ControlPlane, namespace: str, name: str, *roles: str) -> st
 @pytest.fixture
 def other_namespace(control_plane: ControlPlane) -> Iterator[str]:
     name = f"o{os.getpid()}-{int(time.monotonic() * 1000) % 100000}"
-    control_plane.kubectl("create", "namespace", name)
+    control_plane.create_namespace(name)
     controlplane.wait_for_default_service_account(control_plane, name)
     yield name
-    control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    control_plane.release_namespace(name)
 
 
 @pytest.fixture

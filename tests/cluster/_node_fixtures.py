@@ -43,7 +43,7 @@ class LocalNodeHandle:
         return max(found, key=lambda p: p.stat().st_mtime)  # the newest pod of that name
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def local_node(control_plane: controlplane.ControlPlane) -> Iterator[LocalNodeHandle]:
     workdir = Path(tempfile.mkdtemp(prefix="corral-node-"))
     name = "corral-local-node"

@@ -9,7 +9,6 @@ The sandbox pods run on the local node; the model is the project's scripted serv
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import json
 import signal
@@ -96,7 +95,7 @@ class ScriptedModelHandle:
         return model_requests(self.url, conversation)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def scripted_model() -> Iterator[ScriptedModelHandle]:
     from corral_dev.ports import free_port
 
@@ -278,17 +277,7 @@ def operator(
             extras.started(handle)
         yield handle
     finally:
-        handle.stop()
-        with contextlib.suppress(Exception):
-            control_plane.kubectl(
-                "delete",
-                "sessions,evidences",
-                "--all",
-                "-n",
-                namespace,
-                "--wait=false",
-                check=False,
-            )
+        handle.stop()  # the `namespace` fixture then deletes what the test left
 
 
 def _require_single_pass_remap(node: LocalNodeHandle) -> None:

@@ -16,6 +16,10 @@ from ._node_fixtures import *  # noqa: F403
 from ._operator_fixtures import git_repo, operator, scripted_model  # noqa: F401
 
 _counter = itertools.count()
+RESTRICTED = {
+    "pod-security.kubernetes.io/enforce": "restricted",
+    "pod-security.kubernetes.io/enforce-version": "latest",
+}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -25,7 +29,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.cluster)
 
 
-@pytest.fixture(scope="session")
+# Package scope: the attack tier and this one each stop their control plane when their last
+# test is done, instead of leaving it idle beside the rest of the run.
+@pytest.fixture(scope="package")
 def control_plane() -> Iterator[controlplane.ControlPlane]:
     state = Path(tempfile.mkdtemp(prefix="corral-cp-"))
     plane = controlplane.start(state, controllers=controlplane.SESSION_CONTROLLERS)
@@ -40,14 +46,7 @@ def control_plane() -> Iterator[controlplane.ControlPlane]:
 def namespace(control_plane: controlplane.ControlPlane) -> Iterator[str]:
     """A fresh namespace where Pod Security `restricted` is enforced."""
     name = f"t{os.getpid()}-{next(_counter)}"
-    control_plane.kubectl("create", "namespace", name)
-    control_plane.kubectl(
-        "label",
-        "namespace",
-        name,
-        "pod-security.kubernetes.io/enforce=restricted",
-        "pod-security.kubernetes.io/enforce-version=latest",
-    )
+    control_plane.create_namespace(name, RESTRICTED)
     controlplane.wait_for_default_service_account(control_plane, name)
     yield name
-    control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    control_plane.release_namespace(name)

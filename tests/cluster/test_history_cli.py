@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -232,6 +233,70 @@ def test_a_failing_archive_holds_the_pod_only_until_its_deadline(
     assert "(503) archive_unavailable: the archive cannot be read" in logs.stderr
 
 
+class _Followed:
+    """A process whose output is read as it comes, each stream through its pipe's one buffered
+    reader on a thread. `readline()` then `communicate()` loses what readline had buffered
+    past its line (communicate reads the raw pipe): the lines a follower printed together
+    with its first, one page's worth."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str]) -> None:
+        self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                        text=True, env=env)  # fmt: skip
+        self._lines: list[str] = []
+        self._errors: list[str] = []
+        self._came = threading.Condition()
+        self._ended = False
+        self._readers = [threading.Thread(target=self._read_out, daemon=True),
+                         threading.Thread(target=self._read_errors, daemon=True)]  # fmt: skip
+        for reader in self._readers:
+            reader.start()
+
+    def _read_out(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            with self._came:
+                self._lines.append(line)
+                self._came.notify_all()
+        with self._came:
+            self._ended = True
+            self._came.notify_all()
+
+    def _read_errors(self) -> None:
+        assert self.process.stderr is not None
+        self._errors.append(self.process.stderr.read())
+
+    def __enter__(self) -> _Followed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        for reader in self._readers:
+            reader.join(10)
+
+    def first_line(self, timeout: float) -> str:
+        with self._came:
+            self._came.wait_for(lambda: self._lines or self._ended, timeout)
+            return self._lines[0] if self._lines else ""
+
+    def output(self, timeout: float) -> tuple[str, str]:
+        """Everything it printed on stdout and on stderr, once it has ended."""
+        self.process.wait(timeout)
+        for reader in self._readers:
+            reader.join(timeout)
+        with self._came:
+            return "".join(self._lines), "".join(self._errors)
+
+
+def test_a_followed_process_keeps_the_lines_printed_with_its_first() -> None:
+    # One write of three lines, then one more: what a follower prints for a page, then the next.
+    child = "import time; print('one\\ntwo\\nthree', flush=True); time.sleep(0.3); print('four')"
+    with _Followed([sys.executable, "-c", child], dict(os.environ)) as followed:
+        assert followed.first_line(timeout=30) == "one\n"
+        assert followed.output(timeout=30) == ("one\ntwo\nthree\nfour\n", "")
+
+
 def test_logs_follow_a_live_session_to_its_end(
     archiving: Archiving, scripted_model: ScriptedModelHandle, git_repo: Any
 ) -> None:
@@ -244,26 +309,33 @@ def test_logs_follow_a_live_session_to_its_end(
     op.wait_phase(name, {"Running"}, timeout=90)
     env = {**os.environ, "CORRAL_ARCHIVE_URL": archiving.reader_url}
     env.pop("KUBECONFIG", None)
+    logs = [*CORRAL, "logs", name, "-f", "--kubeconfig", str(archiving.reader)]
     started = time.monotonic()
-    follow = subprocess.Popen(
-        [*CORRAL, "logs", name, "-f", "--kubeconfig", str(archiving.reader)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
-    first = follow.stdout.readline()  # type: ignore[union-attr]
-    first_at = time.monotonic() - started
-    phase_at_first = op.session_status(name).get("phase")
-    out, err = follow.communicate(timeout=120)
-    lines = [first, *out.splitlines(keepends=True)]
-    text = "".join(lines)
-    assert follow.returncode == 0, err
+    with _Followed(logs, env) as follow, _Followed([*logs, "--json"], env) as as_json:
+        first = follow.first_line(timeout=90)
+        first_at = time.monotonic() - started
+        phase_at_first = op.session_status(name).get("phase")
+        text, err = follow.output(timeout=120)
+        json_text, json_err = as_json.output(timeout=120)
+    assert follow.process.returncode == 0, err
+    assert as_json.process.returncode == 0, json_err
     status = op.session_status(name)
     assert status["phase"] == "Succeeded", status
     # It streamed while the turn ran (its first line came while the Session was still
     # running, before the model's second answer), and it read everything up to the end.
     assert phase_at_first == "Running", (phase_at_first, first_at, text)
-    assert "▶ bash echo step-one" in text and "assistant: All done." in text
-    assert f"session {name}: Succeeded" in text
-    assert text.index("step-one") < text.index("All done.")
+    assert first and text.startswith(first), (first, text)
+    assert "▶ bash echo step-one" in text and "assistant: All done." in text, text
+    lines = ["route: ", "▶ bash echo step-one", "  ◀ ok: ", "assistant: All done.",
+             "ledger: success"]  # fmt: skip
+    assert [text.count(line) for line in lines] == [1] * len(lines), text
+    assert [text.index(line) for line in lines] == sorted(text.index(line) for line in lines)
+    # Every event once, in order, across the live pages and the switch to the archive.
+    *events, note = [json.loads(line) for line in json_text.splitlines()]
+    assert [e["offset"] for e in events] == list(range(len(events))), json_text
+    assert events[-1]["type"] == "settled", events[-1]
+    assert note == {"type": "note", "text": f"session {name}: Succeeded ({len(events)} events)"}
+    assert f"session {name}: Succeeded ({len(events)} events)" in text
 
 
 def test_tree_get_goals_and_evidence(control_plane: ControlPlane, namespace: str) -> None:

@@ -39,9 +39,9 @@ def chart_rbac(control_plane: ControlPlane, namespace: str) -> Iterator[str]:
 @pytest.fixture
 def other_namespace(control_plane: ControlPlane, namespace: str) -> Iterator[str]:
     name = f"{namespace}-other"
-    control_plane.kubectl("create", "namespace", name)
+    control_plane.create_namespace(name)
     yield name
-    control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    control_plane.release_namespace(name)
 
 
 def _can(cp: ControlPlane, who: str, verb: str, resource: str, namespace: str | None) -> bool:

@@ -13,6 +13,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = [
     REPO / "api" / "corral_api",
+    REPO / "kube" / "corral_kube",
     REPO / "operator" / "corral_operator",
     REPO / "harness_image" / "corral_harness",
     REPO / "harness_image" / "corral_custodian",

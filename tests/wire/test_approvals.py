@@ -19,7 +19,7 @@ from corral_common.approval_files import ApprovalFiles, Verdict
 from corral_dev.ports import free_port
 from corral_harness.config import HarnessConfig
 from corral_harness.default_policy import DefaultPolicy
-from corral_harness.seams import ToolCall, ToolDecision, TurnContext
+from corral_harness.ports import ToolCall, ToolDecision, TurnContext
 from corral_harness.server import create_app
 
 from ._rig import AGENT, FAST_ENV, Harness, Model

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from ..seams import Fingerprint, FoundFile, workspace_text
+from ..ports import Fingerprint, FoundFile, workspace_text
 from .assembly import Unit
 
 INSTRUCTION_FILE_NAME = "AGENTS.md"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from ..seams import TurnContext
+from ..ports import TurnContext
 
 if TYPE_CHECKING:
     import httpx

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..delivery import BundleError, BundleSender
-from ..seams import ToolSpec, Workspace, WorkspaceError
+from ..ports import ToolSpec, Workspace, WorkspaceError
 
 if TYPE_CHECKING:
     import httpx

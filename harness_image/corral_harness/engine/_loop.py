@@ -19,11 +19,11 @@ from typing import Any
 
 from corral_common.catalog import thinking_param
 
-from ..seams import ToolCall
+from ..ports import ToolCall
 from ..telemetry import RUN_ID_HEADER
 from ..tools import ToolResult
 from ._accumulate import MessageBuilder
-from .messages import tool_result_block, user_text
+from .messages import tool_result_block, tool_results_message, user_text
 from .schema import check_arguments
 from .seam import (
     EngineError,
@@ -164,7 +164,9 @@ class StreamingEngine:
 
     async def run(self, job: EngineJob, hooks: EngineHooks, listener: Listener) -> EngineOutcome:
         tools = {t.spec.name: t for t in job.tools}
-        messages: list[dict[str, Any]] = [*job.context, user_text(job.prompt)]
+        messages: list[dict[str, Any]] = [*job.context]
+        if job.prompt is not None:
+            messages.append(user_text(job.prompt))
         if job.run_id:
             self.headers = {RUN_ID_HEADER: job.run_id}
         step = 0
@@ -207,7 +209,7 @@ class StreamingEngine:
                 result = await self._one_call(call, tools, hooks)
                 results.append(tool_result_block(call.id, result.content, result.is_error))
                 await listener(ToolEnd(call, result))
-            messages.append({"role": "user", "content": results})
+            messages.append(tool_results_message(results))
             if self._aborted.is_set():
                 return EngineOutcome("aborted", unanswered=unanswered, steps=step)
             step += 1

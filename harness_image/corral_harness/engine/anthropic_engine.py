@@ -1,6 +1,6 @@
 """The engine adapter on the official `anthropic` SDK (AsyncAnthropic, streaming): the reference.
 
-This is the only module that imports the SDK. Importing it costs seconds, so it is chosen only
+This is the only module that imports the SDK. Its import is slow (ADR 0014), so it is chosen only
 with CORRAL_ENGINE=sdk (`choice.py`), and then loaded in a thread after the server listens. The
 tool loop and the retry, silence and cap rules are the shared loop's (`_loop.py`); this module
 adds the transport. The SDK's own retries are off so that the loop's rule is the only one.

@@ -1,8 +1,9 @@
 """The one place that chooses the engine adapter: CORRAL_ENGINE, `lean` unless set.
 
-- `lean` (default): `lean_engine`, the Messages API over httpx; loads in milliseconds.
-- `sdk`: `anthropic_engine`, the official SDK (the reference adapter). Its import takes seconds,
-  so it is loaded in a thread once the server listens, and `/readyz` answers 503 until it is in.
+- `lean` (default): `lean_engine`, the Messages API over httpx; quick to load.
+- `sdk`: `anthropic_engine`, the official SDK (the reference adapter). Its import is slow (ADR
+  0014 has the figures), so it is loaded in a thread once the server listens, and `/readyz`
+  answers 503 until it is in.
 
 Both are held to the same conformance tests (tests/unit/harness/test_engine_adapter.py and
 tests/wire/test_engine.py run over each).

@@ -1,9 +1,9 @@
 """The lean engine adapter: the Messages API over httpx with the project's own stream reader
 (`corral_common.sse`, the parser the custodian counts usage with).
 
-The default engine (`choice.py`). It exists for the cold start: the official SDK's import
-costs seconds (its `types` package alone over a second on 2 cores), and it stood between a
-pod's start and its first model request; httpx is already loaded by the harness. It speaks
+The default engine (`choice.py`). It exists for the cold start: the official SDK's import was
+most of the path from a pod's start to its first model request (the figures: ADR 0014,
+docs/performance.md "First model request"); httpx is already loaded by the harness. It speaks
 exactly what the harness uses of the API: one streaming `POST /v1/messages` per generation,
 `x-api-key` (the pod-local credential; the custodian swaps in the real key) and
 `anthropic-version`. The tool loop and the retry, silence and cap rules are the shared loop's
@@ -118,7 +118,7 @@ class LeanEngine(StreamingEngine):
 
     @classmethod
     def prepare(cls, settings: EngineSettings) -> None:
-        _client(settings)  # its TLS context alone is tens of milliseconds
+        _client(settings)  # its TLS context is a cost of its own (docs/performance.md)
         _direct_client(settings)
 
     async def _stream_once(self, params: dict[str, Any], builder: MessageBuilder) -> None:

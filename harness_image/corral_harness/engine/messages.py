@@ -20,6 +20,11 @@ def user_text(text: str) -> dict[str, Any]:
     return {"role": "user", "content": [{"type": "text", "text": text}]}
 
 
+def tool_results_message(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """A user message of tool results, marked so the transcript joins a later result to it."""
+    return {"role": "user", "content": blocks, "tool_results": True}
+
+
 def tool_result_block(tool_use_id: str, content: str, is_error: bool) -> dict[str, Any]:
     block: dict[str, Any] = {"type": "tool_result", "tool_use_id": tool_use_id, "content": content}
     if is_error:

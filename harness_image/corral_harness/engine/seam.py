@@ -4,7 +4,8 @@ The turn gives an engine one submission's run (`EngineJob`: model, thinking leve
 prompt, tools, context, prompt). It hears the run as `EngineEvent`s, can `steer` it (a user
 message before the next request) and `abort` it, and decides inside it through `EngineHooks`:
 
-- `convert_messages`: the messages the provider gets, from the engine's working messages.
+- `convert_messages`: the messages the provider gets, derived from the engine's working messages
+  (the list the engine appends its answers and tool results to; it is never replaced).
 - `before_request`: the request plan for the next generation (system prompt, messages), or a
   `StopRun` when the provider must not be called.
 - `before_tool_call`: allow a call, block it with a reason, or block it and abort the run.
@@ -31,7 +32,7 @@ from typing import Any, Literal, Protocol
 from corral_api.kinds import ThinkingLevel
 from corral_common.catalog import ModelInfo
 
-from ..seams import ToolCall, ToolSpec
+from ..ports import ToolCall, ToolSpec
 from ..tools import ToolResult
 
 DID_NOT_RUN = "This call did not run: your turn ended before it started."
@@ -53,7 +54,9 @@ class EngineJob:
     system: str
     tools: list[EngineTool]
     context: list[dict[str, Any]]  # the conversation so far, provider message shape
-    prompt: str
+    # Appended to the context as a user message; None: the context already holds the turn's
+    # messages (a run on the conversation's transcript, ADR 0100).
+    prompt: str | None
     max_output_tokens: int
     run_id: str = ""  # sent to the model endpoint (the custodian) as X-Corral-Run-Id
 
@@ -124,7 +127,9 @@ ALLOW = ToolGate()
 
 
 class EngineHooks(Protocol):
-    async def convert_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]: ...
+    async def convert_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The request's messages, derived from the engine's own list (ADR 0100)."""
+        ...
 
     async def before_request(self, messages: list[dict[str, Any]]) -> RequestPlan: ...
 

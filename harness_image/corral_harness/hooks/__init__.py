@@ -5,6 +5,7 @@ order: a deny halts the chain; added lines accumulate; a system-prompt replaceme
 input rewrite pass on to the next handler, which sees the rewritten event.
 
 `hooks_from_spec` turns `Agent.spec.hooks` into handlers over a `HookRunner` (docs/hooks.md).
+The runners behind it are `hooks.runners`, imported on their own: they need httpx and a process.
 """
 
 from ._hooks import (

@@ -5,7 +5,6 @@ to the pure rules so importing it costs little.
 """
 
 from .always_ask import ask_reason, shell_ask_reason
-from .approvals import call_digest, settle_ask
 from .fixed_rule import FORBIDDEN, MENU_PREFIX, forbidden_reason
 from .permissions import MAX_VISIBLE_TOOLS, decide, filter_catalog
 from .structured import structured_output_errors
@@ -19,11 +18,9 @@ __all__ = [
     "TOOL_SEARCH_NAME",
     "answer_tool_search",
     "ask_reason",
-    "call_digest",
     "decide",
     "filter_catalog",
     "forbidden_reason",
-    "settle_ask",
     "shell_ask_reason",
     "structured_output_errors",
 ]

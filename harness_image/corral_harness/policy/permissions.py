@@ -16,7 +16,7 @@ from corral_common.toolmatch import allowed_by_patterns
 from corral_common.toolmatch import matches as _matches
 
 from ..paths import PathVerdict
-from ..seams import PathClassifier, ToolCall, ToolDecision, ToolSpec
+from ..ports import PathClassifier, ToolCall, ToolDecision, ToolSpec
 from .always_ask import ask_reason
 from .fixed_rule import forbidden_reason
 from .shell_paths import check_shell_paths

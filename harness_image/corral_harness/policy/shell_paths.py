@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from typing import Final
 
 from ..paths import PathVerdict
-from ..seams import PathClassifier, ToolDecision
+from ..ports import PathClassifier, ToolDecision
 
 # Device files a command may always write to.
 HARMLESS_TARGETS: Final = frozenset({"/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty"})

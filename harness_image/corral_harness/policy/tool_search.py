@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..seams import ToolSpec
+from ..ports import ToolSpec
 
 TOOL_SEARCH_NAME = "tool_search"
 

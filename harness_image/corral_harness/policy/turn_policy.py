@@ -1,6 +1,6 @@
 """The full TurnPolicy: tool list, tool decisions, the window for each call, and the verdict.
 
-The turn calls it through the seam in `seams.py`. What the policy keeps between calls is small
+The turn calls it through the ports in `ports.py`. What the policy keeps between calls is small
 and per conversation: the tool list shown this step (a call to anything else is refused), which
 submissions already ran their before-turn hooks, and how often a completion was sent back.
 
@@ -57,7 +57,7 @@ from ..memory import (
     prune_turn_records,
     recall_hook,
 )
-from ..seams import (
+from ..ports import (
     ModelRequestPlan,
     ToolCall,
     ToolDecision,

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..paths import GrantedRoot
-from ..seams import CommandOutcome, ToolSpec, Workspace, WorkspaceError
+from ..ports import CommandOutcome, ToolSpec, Workspace, WorkspaceError
 from . import _files, _shell
 from ._local import LocalWorkspace, run_command
 from ._result import ToolRefused, ToolResult, cap_output, refusal

@@ -18,7 +18,7 @@ from typing import Any, cast, get_args
 
 from ..http1 import Http1Client, TransportError
 from ..paths import PathVerdict
-from ..seams import (
+from ..ports import (
     CommandOutcome,
     DirEntry,
     Fingerprint,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..seams import Workspace
+from ..ports import Workspace
 from ._result import ToolRefused, ToolResult, cap_output
 
 READ_MAX_LINES = 2000

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from ..context.instructions import NamedFileIndex, SurveyGenerations
 from ..paths import GrantedRoot, PathVerdict
-from ..seams import (
+from ..ports import (
     CommandOutcome,
     DirEntry,
     Fingerprint,

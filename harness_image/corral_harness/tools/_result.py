@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..seams import WorkspaceError, workspace_text
+from ..ports import WorkspaceError, workspace_text
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..paths import PathVerdict
-from ..seams import Workspace, WorkspaceError
+from ..ports import Workspace, WorkspaceError
 from ._result import ToolRefused, ToolResult, cap_output
 
 GREP_MAX_CHARS = 30_000

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from corral_api.turnshape import MAX_PLAN_STEPS, PlanState, PlanStep, StepCheck, StepVerdict
 
-from ..seams import ToolSpec
+from ..ports import ToolSpec
 
 PLAN_OPEN = "plan_open"
 PLAN_EDIT = "plan_edit_step"

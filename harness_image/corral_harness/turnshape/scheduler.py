@@ -14,7 +14,7 @@ from typing import Any, Literal
 
 from corral_api.turnshape import ROUTES, RouteName
 
-from ..seams import ToolSpec
+from ..ports import ToolSpec
 
 CLASSIFY_TOOL = "classify"
 CLASSIFIER_UNAVAILABLE = "classifier_unavailable"

@@ -2,16 +2,17 @@
 the reactive loop (which stays the turn's own, unchanged, so its steps cost what they did).
 
 The turn hands it a `ShapeHost` (its run: the transcript, the events, the ledger) and a
-`RunEngine` that runs one engine job under the submission's sweep. Side calls (the classifier,
-the planner) run as their own engine jobs with their own hooks: their exchanges are not written
-to the transcript; the runtime writes what they decided (the plan's body) instead.
+`JobRunner` that runs engine jobs under the submission's sweep: a job on the transcript with the
+turn's own hooks, or a side call (the classifier, the planner) with hooks of its own, whose
+exchanges are not written to the transcript; the runtime writes what they decided (the plan's
+body) instead.
 """
 
 from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -19,20 +20,22 @@ from corral_api.turnshape import ForcedPlan, RouteName
 from corral_common.catalog import ModelInfo, resolve_model
 
 from ..context import merge_adjacent_roles
-from ..engine.messages import for_provider
+from ..engine.messages import for_provider, user_text
 from ..engine.seam import (
     ALLOW,
     EngineEvent,
+    EngineHooks,
     EngineJob,
     EngineOutcome,
     EngineTool,
+    Listener,
     MessageEnd,
     RequestPlan,
     ToolEnd,
     ToolGate,
     Usage,
 )
-from ..seams import ToolCall, ToolSpec, TurnContext, Workspace, WorkspaceError
+from ..ports import ToolCall, ToolSpec, TurnContext, Workspace, WorkspaceError
 from ..tools import ToolResult
 from .checks import Evidence, ToolOutcome, evidence_commands, verdict
 from .phases import OffPath, Phase, PhaseMachine, StepKind, step_refusal
@@ -76,16 +79,24 @@ class ShapeHost(Protocol):
     specs: dict[str, ToolSpec]
     deps: Any
 
-    async def listen(self, event: EngineEvent) -> None: ...
-
-    def _event(self, type_: str, **fields: Any) -> None: ...
+    def emit(self, type_: str, **fields: Any) -> None:
+        """An event of the submission on the conversation's stream."""
+        ...
 
     def add_side_usage(self, layer: str, usage: Usage) -> None: ...
 
 
-RunEngine = Callable[
-    [EngineJob, Any, Callable[[EngineEvent], Awaitable[None]]], Awaitable[EngineOutcome]
-]
+class JobRunner(Protocol):
+    """How the shaper runs engine jobs: the turn runs each under the submission's sweep."""
+
+    async def main(self) -> EngineOutcome:
+        """A job on the conversation's transcript as it stands, with the turn's own hooks (its
+        answers and tool results are written as they happen)."""
+        ...
+
+    async def side(self, job: EngineJob, hooks: EngineHooks, listener: Listener) -> EngineOutcome:
+        """A side call with its own hooks and listener: nothing of it reaches the transcript."""
+        ...
 
 
 @dataclass
@@ -105,12 +116,10 @@ class _SideHooks:
     stop_after: Callable[[int], bool]
 
     async def convert_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return messages
+        return merge_adjacent_roles(messages)
 
     async def before_request(self, messages: list[dict[str, Any]]) -> RequestPlan:
-        return RequestPlan(
-            system=self.system, messages=for_provider(merge_adjacent_roles(messages))
-        )
+        return RequestPlan(system=self.system, messages=for_provider(messages))
 
     async def before_tool_call(self, call: ToolCall) -> ToolGate:
         return self.gate(call)
@@ -122,7 +131,7 @@ class _SideHooks:
 @dataclass
 class TurnShape:
     host: ShapeHost
-    run_engine: RunEngine
+    runner: JobRunner
     plans: dict[str, PlanBook]
     workspace: Workspace | None = None
     machine: PhaseMachine = field(init=False)
@@ -144,7 +153,7 @@ class TurnShape:
 
     def _ended(self, phase: Phase, detail: str) -> None:
         # Each phase's state is written once, when it ends, before the next one sees anything.
-        self.host._event("phase", phase=phase.value, **({"detail": detail} if detail else {}))
+        self.host.emit("phase", phase=phase.value, **({"detail": detail} if detail else {}))
 
     def move(self, *phases: Phase, detail: str = "") -> None:
         for phase in phases:
@@ -169,9 +178,7 @@ class TurnShape:
 
     # ------------------------------------------------------------------ beginning a turn
 
-    async def begin(
-        self, adapter: Callable[[], Any], tools: list[EngineTool]
-    ) -> RouteName | Finish:
+    async def begin(self) -> RouteName | Finish:
         """Choose the route; run it unless it is the reactive loop. Returns "reactive" (the turn
         runs its own loop, in phase execute) or how the turn settled."""
         sub, agent = self.host.sub, self.host.sub.agent
@@ -188,7 +195,7 @@ class TurnShape:
         investigated = False
         while True:
             if first.action == "classify":
-                found = await self._classify(adapter, again=investigated)
+                found = await self._classify(again=investigated)
                 first = after_classification(
                     found, decide_then_act=sub.decide_then_act, investigated=investigated
                 )
@@ -202,10 +209,10 @@ class TurnShape:
             self.move(Phase.CHOOSE_ROUTE, detail=first.reason or first.route)
             self.host.ledger.set_route(first.route)
             self.host.ledger.set_handler(first.handler)
-            self.host._event("route", route=first.route, handler=first.handler, reason=first.reason)
+            self.host.emit("route", route=first.route, handler=first.handler, reason=first.reason)
             if first.route == "investigate" and not investigated:
                 investigated = True
-                outcome = await self._investigate(adapter, tools)
+                outcome = await self._investigate()
                 if isinstance(outcome, Finish):
                     return outcome
                 first = (
@@ -225,15 +232,15 @@ class TurnShape:
             return "reactive"
         if route == "direct":
             self.move(Phase.ANSWER)
-            return await self._answer_run(adapter, tools, "direct")
+            return await self._answer_run("direct")
         if route == "oneTool":
             self.move(Phase.EXECUTE)
-            return await self._answer_run(adapter, tools, "oneTool")
-        return await self._checklist(adapter, tools, forced)
+            return await self._answer_run("oneTool")
+        return await self._checklist(forced)
 
     # ------------------------------------------------------------------ the classifier
 
-    async def _classify(self, adapter: Callable[[], Any], *, again: bool) -> Classification | str:
+    async def _classify(self, *, again: bool) -> Classification | str:
         if self.machine.current is not Phase.UNDERSTAND:
             self.move(Phase.UNDERSTAND)
         agent = self.host.sub.agent
@@ -250,7 +257,6 @@ class TurnShape:
 
         hooks = _SideHooks(CLASSIFIER_SYSTEM, lambda call: ALLOW, lambda step: True)
         outcome = await self._side_run(
-            adapter,
             info,
             hooks,
             [EngineTool(CLASSIFY_SPEC, record)],
@@ -269,7 +275,7 @@ class TurnShape:
         if isinstance(found, Classification):
             self.understood = found
             detail = f"understood: {found.understood}; done when: {found.done}"
-            self.host._event(
+            self.host.emit(
                 "understood", understood=found.understood, done=found.done, clear=found.clear
             )
             if found.clear:
@@ -291,13 +297,12 @@ class TurnShape:
         self.move(Phase.WAIT_FOR_HUMAN, detail=question)
         self.host.ledger.set_outcome("handed_to_human")
         self.host.last_text = question
-        self.host._event("question", question=question)
+        self.host.emit("question", question=question)
         self.move(Phase.STOPPED)
         return Finish("completed")
 
     async def _side_run(
         self,
-        adapter: Callable[[], Any],
         info: ModelInfo,
         hooks: _SideHooks,
         tools: list[EngineTool],
@@ -312,7 +317,7 @@ class TurnShape:
             if isinstance(event, MessageEnd) and event.usage is not None:
                 host.add_side_usage(layer, event.usage)
             elif isinstance(event, ToolEnd):
-                host._event(
+                host.emit(
                     "side_call", layer=layer, name=event.call.name, isError=event.result.is_error
                 )
 
@@ -327,31 +332,17 @@ class TurnShape:
             max_tokens,
             run_id=host.ctx.run_id,
         )
-        return await self.run_engine(job, hooks, listen)
+        return await self.runner.side(job, hooks, listen)
 
     # ------------------------------------------------------------------ main-transcript runs
 
-    async def _main_run(
-        self, adapter: Callable[[], Any], tools: list[EngineTool], prompt: str | None, layer: str
-    ) -> EngineOutcome:
-        """A run on the conversation's transcript, like the reactive loop's (its answers and
-        tool results are written as they happen); `prompt` is added to the transcript first."""
-        host = self.host
+    async def _main_run(self, prompt: str | None, layer: str) -> EngineOutcome:
+        """A run on the conversation's transcript, like the reactive loop's; `prompt` is added
+        to the transcript first."""
         if prompt is not None:
-            host.conv.add_message({"role": "user", "content": [{"type": "text", "text": prompt}]})
-        host.token_layer = layer
-        job = EngineJob(
-            host.conv.id,
-            host.info,
-            host.ctx.thinking_level,
-            "",
-            tools,
-            list(host.conv.transcript),
-            prompt or "",
-            host.ctx.max_output_tokens,
-            run_id=host.ctx.run_id,
-        )
-        return await self.run_engine(job, host, host.listen)
+            self.host.conv.add_message(user_text(prompt))
+        self.host.token_layer = layer
+        return await self.runner.main()
 
     def _failed(self, outcome: EngineOutcome) -> Finish | None:
         if outcome.status == "completed" or outcome.status == "ended_by_hook":
@@ -362,9 +353,7 @@ class TurnShape:
         self.move(Phase.STOPPED)
         return Finish("aborted", {"type": "submission_aborted", "message": "the run was aborted"})
 
-    async def _investigate(
-        self, adapter: Callable[[], Any], tools: list[EngineTool]
-    ) -> Finish | None:
+    async def _investigate(self) -> Finish | None:
         """A read-only look: the isolation is re-read per step from the context, so writes and
         commands are refused by the policy as for a read-only session."""
         host = self.host
@@ -373,8 +362,6 @@ class TurnShape:
         host.ctx = replace(saved, read_only=True)
         try:
             outcome = await self._main_run(
-                adapter,
-                tools,
                 "Investigate first, read-only (no writes, no commands); report what you find.",
                 "executor",
             )
@@ -385,15 +372,13 @@ class TurnShape:
         self.move(Phase.UNDERSTAND, detail=host.last_text[:500])
         return None
 
-    async def _answer_run(
-        self, adapter: Callable[[], Any], tools: list[EngineTool], route: str
-    ) -> Finish:
+    async def _answer_run(self, route: str) -> Finish:
         """direct: the model answers, any tool call is off the path. oneTool: the first call
         that runs is the turn's one step; after it the turn is in phase answer."""
         host = self.host
         self.one_tool = route == "oneTool"
         self.collect = [] if self.one_tool else None
-        outcome = await self._main_run(adapter, tools, None, "executor")
+        outcome = await self._main_run(None, "executor")
         if (failed := self._failed(outcome)) is not None:
             return failed
         if self.machine.current is Phase.EXECUTE:  # oneTool, and the model called nothing
@@ -418,9 +403,7 @@ class TurnShape:
 
     # ------------------------------------------------------------------ plans
 
-    async def _checklist(
-        self, adapter: Callable[[], Any], tools: list[EngineTool], forced: ForcedPlan | None
-    ) -> Finish:
+    async def _checklist(self, forced: ForcedPlan | None) -> Finish:
         host = self.host
         conv_id = host.conv.id
         book = self.plans.get(conv_id)
@@ -443,7 +426,7 @@ class TurnShape:
             if forced is not None and forced.steps:
                 book.open(list(forced.steps))
             else:
-                failed = await self._plan(adapter, "Plan this task as a checklist.", opening=True)
+                failed = await self._plan("Plan this task as a checklist.", opening=True)
                 if failed is not None:
                     return failed
             self._write_body()
@@ -453,20 +436,18 @@ class TurnShape:
                 question = "Approve this plan? Reply to run it, or reply `no` to refuse it.\n"
                 return self._ask_gate(question + book.render())
         self._publish()
-        return await self._execute_plan(adapter, tools)
+        return await self._execute_plan()
 
     def _ask_gate(self, question: str) -> Finish:
         self.question = question
         self.move(Phase.WAIT_FOR_HUMAN, detail="the plan waits for approval")
         self.host.ledger.set_outcome("handed_to_human")
         self.host.last_text = question
-        self.host._event("question", question=question)
+        self.host.emit("question", question=question)
         self.move(Phase.STOPPED)
         return Finish("completed")
 
-    async def _plan(
-        self, adapter: Callable[[], Any], prompt: str, *, opening: bool
-    ) -> Finish | None:
+    async def _plan(self, prompt: str, *, opening: bool) -> Finish | None:
         """The planner: a side call with only the plan tools. Ends once the plan is open (or
         the step edited); a planner that cannot make one fails the turn `plan_failed`."""
         assert self.book is not None
@@ -491,7 +472,6 @@ class TurnShape:
             PLANNER_SYSTEM, gate, lambda step: bool(changed) or step >= PLANNER_STEPS
         )
         outcome = await self._side_run(
-            adapter,
             self.host.info,
             hooks,
             [make(s) for s in PLAN_SPECS],
@@ -517,15 +497,13 @@ class TurnShape:
         """The runtime writes the plan's body into the transcript; the model reads it there."""
         assert self.book is not None
         body = "The plan (written by the runtime; each step is checked by a machine):\n"
-        self.host.conv.add_message(
-            {"role": "user", "content": [{"type": "text", "text": body + self.book.render()}]}
-        )
+        self.host.conv.add_message(user_text(body + self.book.render()))
 
     def _publish(self) -> None:
         assert self.book is not None
-        self.host._event("plan", plan=self.book.status())
+        self.host.emit("plan", plan=self.book.status())
 
-    async def _execute_plan(self, adapter: Callable[[], Any], tools: list[EngineTool]) -> Finish:
+    async def _execute_plan(self) -> Finish:
         host = self.host
         book = self.book
         assert book is not None
@@ -538,8 +516,6 @@ class TurnShape:
             self.move(Phase.EXECUTE, detail=f"step {index + 1}")
             self.collect = []
             outcome = await self._main_run(
-                adapter,
-                tools,
                 f"Step {index + 1} of {total}: {step.action}\nDo this step only; a machine checks "
                 "its tool results.",
                 "executor",
@@ -552,12 +528,11 @@ class TurnShape:
             held, detail = verdict(step.check, results, evidence)
             next_ = book.record(index, held, detail)
             self.move(Phase.CHECK, detail=f"step {index + 1}: {detail}")
-            host._event("step_verdict", step=index + 1, held=held, detail=detail)
+            host.emit("step_verdict", step=index + 1, held=held, detail=detail)
             self._publish()
             if next_ == "replan":
                 self.move(Phase.PLAN, detail=f"step {index + 1} missed: replanned once")
                 failed_plan = await self._plan(
-                    adapter,
                     f"Step {index + 1} ({step.action}) missed its check: {detail}. Revise step "
                     f"{index + 1} with plan_edit_step.\nThe plan:\n{book.render()}",
                     opening=False,
@@ -565,12 +540,7 @@ class TurnShape:
                 if failed_plan is not None:
                     return failed_plan
                 replanned = f"Step {index + 1} missed its check ({detail}); replanned:\n"
-                host.conv.add_message(
-                    {
-                        "role": "user",
-                        "content": [{"type": "text", "text": replanned + book.render()}],
-                    }
-                )
+                host.conv.add_message(user_text(replanned + book.render()))
             elif next_ == "strike":
                 held_count = sum(1 for s in book.steps if s.verdict == "Held")
                 message = (
@@ -603,7 +573,7 @@ class TurnShape:
                 found[command] = Evidence(None if ran.timed_out else ran.exit_code, ran.output)
             except WorkspaceError as exc:
                 found[command] = Evidence(None, str(exc))
-            self.host._event("evidence", command=command, exitCode=found[command].exit_code)
+            self.host.emit("evidence", command=command, exitCode=found[command].exit_code)
         return found
 
     # ------------------------------------------------------------------ the end

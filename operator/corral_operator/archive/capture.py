@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+
+from corral_api.timestamps import now_rfc3339
 
 from ..driver import AnswerTooLarge, ConversationLost
 from ..wireclient import DEFAULT_MAX_ANSWER_BYTES, WireClient
@@ -61,7 +62,7 @@ async def archive_from_harness(
                 pass
             except AnswerTooLarge as too_large:  # a retry would read as much again
                 omitted = str(too_large)
-    stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = now_rfc3339()
     record = build_record(session, events, archived_at=stamp, cause=cause)
     if omitted is not None:
         record["historyOmitted"] = omitted

@@ -17,9 +17,10 @@ from typing import Any
 import httpx
 
 from corral_api.kinds import SessionStatus
+from corral_kube import KubeError
 
 from ..driver import WireFault
-from ..kube import Kube, KubeError
+from ..kube import Kube
 from ..planning import reasons as R
 from ..planning.conditions import get_condition, set_condition
 from ..planning.session import PlannedEvent, now_text, parse_time

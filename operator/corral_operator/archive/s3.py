@@ -14,7 +14,7 @@ Every answer is read as a stream with a cap: an object with the operator's read 
 (`--max-history-bytes`; `ArchiveTooLarge` past it, unread), a listing page or a refusal with
 fixed small ones, so a misbehaving store cannot exhaust the operator's memory.
 
-Requests are signed with SigV4 (sigv4.py) over httpx and addressed path-style
+Requests are signed with SigV4 (`corral_common.sigv4`) over httpx and addressed path-style
 (`<endpoint>/<bucket>/<key>`), which AWS and the S3-compatible servers (MinIO, Ceph RGW,
 Garage, SeaweedFS, ...) all accept. The credentials are files the operator's pod mounts from a
 Secret (the chart's `archive.s3.credentialsSecret`), read on each request so a rotated Secret
@@ -33,8 +33,9 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from corral_common import sigv4
+
 from ..driver import byte_size
-from . import sigv4
 from .record import ArchivedSession
 from .store import DEFAULT_MAX_OBJECT_BYTES, ArchiveTooLarge, checked_names
 

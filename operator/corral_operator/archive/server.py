@@ -15,15 +15,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 from aiohttp import web
 
+from corral_api.kinds import FINAL_PHASES
+from corral_kube import KubeError
+
 from ..driver import AnswerTooLarge, ConversationLost, WireFault
-from ..kube import Kube, KubeError, corral_path, object_path
+from ..kube import Kube, corral_path, object_path
 from ..wireclient import DEFAULT_MAX_ANSWER_BYTES, WireClient
 from .record import ArchivedSession
 from .store import ArchiveStore, ArchiveTooLarge
@@ -31,7 +33,6 @@ from .store import ArchiveStore, ArchiveTooLarge
 log = logging.getLogger("corral.operator.archive")
 
 MAX_WAIT_SECONDS = 20.0
-FINAL = frozenset({"Succeeded", "Failed", "Stopped"})
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
@@ -57,11 +58,10 @@ class Reader:
         self.transport = transport
         # The most read of one live page (the archive's own objects carry the store's cap).
         self.max_history_bytes = max_history_bytes
-        conf = kube.api.configuration
         # The person's token goes to the API server alone, with the cluster's CA and never
         # the operator's own client certificate (which would authenticate as the operator).
-        tls = ssl.create_default_context(cafile=conf.ssl_ca_cert) if conf.ssl_ca_cert else True
-        self._api = httpx.AsyncClient(base_url=str(conf.host), verify=tls, timeout=10.0)
+        tls = kube.config.ssl_context(client_cert=False)
+        self._api = httpx.AsyncClient(base_url=kube.config.server, verify=tls, timeout=10.0)
 
     async def aclose(self) -> None:
         await self._api.aclose()
@@ -111,7 +111,7 @@ class Reader:
         phase = status.get("phase")
         live = await self._live(session, offset, wait) if session is not None else None
         if live is not None:
-            return {**live, "source": "live", "phase": phase, "final": phase in FINAL}
+            return {**live, "source": "live", "phase": phase, "final": phase in FINAL_PHASES}
         uid = (session or {}).get("metadata", {}).get("uid")
         archived = await self._archived(namespace, name, uid)
         if archived is None:

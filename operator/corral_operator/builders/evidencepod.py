@@ -21,7 +21,13 @@ from .. import naming
 from ..naming import CHECK_CONTAINER as CHECK_CONTAINER
 from ..sandboxspec import SandboxSpecError, is_relative_repo, resolve_repo
 from ..settings import ContainerResources, EgressTarget, OperatorSettings
-from .podbuilder import CHECKOUT_SCRIPT, owner_reference, restricted_security_context
+from .podbuilder import (
+    CHECKOUT_SCRIPT,
+    dns_egress_rule,
+    egress_rule,
+    owner_reference,
+    restricted_security_context,
+)
 
 CHECKOUT_CONTAINER = "checkout"
 COMPONENT = "evidence"
@@ -183,13 +189,6 @@ def build_evidence_pod(
     }
 
 
-def _egress_rule(cidr: str, ports: tuple[int, ...] | list[int]) -> dict[str, Any]:
-    rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": cidr}}]}
-    if ports:
-        rule["ports"] = [{"protocol": "TCP", "port": p} for p in ports]
-    return rule
-
-
 def build_evidence_network_policy(
     evidence: Evidence,
     settings: OperatorSettings,
@@ -205,22 +204,9 @@ def build_evidence_network_policy(
         git = cfg.git_egress if cfg.git_egress is not None else settings.platform_egress
         targets.extend(git)
     targets.extend(evidence.spec.egress)
-    egress = [_egress_rule(t.cidr, tuple(t.ports)) for t in targets]
+    egress = [egress_rule(t) for t in targets]
     if egress and settings.allow_dns:
-        egress.insert(
-            0,
-            {
-                "to": [
-                    {
-                        "namespaceSelector": {
-                            "matchLabels": {"kubernetes.io/metadata.name": settings.dns_namespace}
-                        },
-                        "podSelector": {"matchLabels": dict(settings.dns_pod_labels)},
-                    }
-                ],
-                "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-            },
-        )
+        egress.insert(0, dns_egress_rule(settings))
     selector = pod_labels(name)
     return {
         "apiVersion": "networking.k8s.io/v1",

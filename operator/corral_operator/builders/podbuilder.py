@@ -118,6 +118,8 @@ __all__ = [
     "build_pod",
     "build_sandbox",
     "build_wire_secret",
+    "dns_egress_rule",
+    "egress_rule",
     "granted_root_problem",
     "is_relative_repo",
     "owner_reference",
@@ -238,11 +240,27 @@ def build_wire_secret(
 # --------------------------------------------------------------------- the NetworkPolicy
 
 
-def _egress_rule(cidr: str, ports: tuple[int, ...] | list[int]) -> dict[str, Any]:
-    rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": cidr}}]}
-    if ports:
-        rule["ports"] = [{"protocol": "TCP", "port": p} for p in ports]
+def egress_rule(target: EgressTarget | EgressRule) -> dict[str, Any]:
+    """A NetworkPolicy egress rule to one CIDR, on its TCP ports (every port when none)."""
+    rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": target.cidr}}]}
+    if target.ports:
+        rule["ports"] = [{"protocol": "TCP", "port": p} for p in target.ports]
     return rule
+
+
+def dns_egress_rule(settings: OperatorSettings) -> dict[str, Any]:
+    """DNS (UDP and TCP 53) to the cluster's DNS pods only, as the operator's settings name them."""
+    return {
+        "to": [
+            {
+                "namespaceSelector": {
+                    "matchLabels": {"kubernetes.io/metadata.name": settings.dns_namespace}
+                },
+                "podSelector": {"matchLabels": dict(settings.dns_pod_labels)},
+            }
+        ],
+        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+    }
 
 
 def build_network_policy(
@@ -257,25 +275,12 @@ def build_network_policy(
     name, namespace, uid = session_meta(session)
     egress: list[dict[str, Any]] = []
     if settings.allow_dns:
-        egress.append(
-            {
-                "to": [
-                    {
-                        "namespaceSelector": {
-                            "matchLabels": {"kubernetes.io/metadata.name": settings.dns_namespace}
-                        },
-                        "podSelector": {"matchLabels": dict(settings.dns_pod_labels)},
-                    }
-                ],
-                "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-            }
-        )
+        egress.append(dns_egress_rule(settings))
     targets: list[EgressTarget | EgressRule] = [
         *settings.platform_egress,
         *agent.spec.sandbox.egress,
     ]
-    for target in targets:
-        egress.append(_egress_rule(target.cidr, tuple(target.ports)))
+    egress.extend(egress_rule(target) for target in targets)
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",

@@ -9,13 +9,13 @@ from urllib.parse import parse_qs, urlsplit
 
 from fastapi import Request
 
-from ..kube import KubeError
+from corral_kube import KubeError
+
 from .access import Access, Person, Refused
 from .reader import PLURALS, Source
 
 Obj = dict[str, Any]
 COOKIE = "corral_token"
-TERMINAL = ("Succeeded", "Failed", "Stopped")
 
 
 @dataclass(frozen=True)
@@ -30,13 +30,13 @@ class ConsoleContext:
         try:
             return await self.access.authenticate(token_of(request))
         except KubeError as err:
-            raise Refused(503, "cluster_unavailable", err.reason) from None
+            raise Refused(503, "cluster_unavailable", err.message) from None
 
     async def may(self, person: Person, verb: str, resource: str, ns: str, sub: str = "") -> bool:
         try:
             return await self.access.allowed(person, verb, resource, ns, sub)
         except KubeError as err:
-            raise Refused(503, "cluster_unavailable", err.reason) from None
+            raise Refused(503, "cluster_unavailable", err.message) from None
 
     async def require(
         self, person: Person, verb: str, resource: str, ns: str, sub: str = ""

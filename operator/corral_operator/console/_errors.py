@@ -6,7 +6,8 @@ from __future__ import annotations
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from ..kube import KubeError
+from corral_kube import Forbidden, KubeError, NotFound
+
 from . import pages
 from ._context import ConsoleContext, wants_html
 from .access import Refused
@@ -24,8 +25,8 @@ def register_error_handlers(app: FastAPI, ctx: ConsoleContext) -> None:
 
     @app.exception_handler(KubeError)
     async def _kube(request: Request, exc: KubeError) -> Response:
-        status = exc.status if exc.status in (403, 404) else 503
+        status = exc.status if isinstance(exc, Forbidden | NotFound) else 503
         error = {403: "forbidden", 404: "not_found"}.get(status, "cluster_unavailable")
         if wants_html(request):
-            return HTMLResponse(pages.error_page(status, error, exc.reason), status)
-        return JSONResponse({"error": error, "reason": exc.reason}, status)
+            return HTMLResponse(pages.error_page(status, error, exc.message), status)
+        return JSONResponse({"error": error, "reason": exc.message}, status)

@@ -9,11 +9,11 @@ from urllib.parse import urlsplit
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from corral_api.decisions import DECISIONS
+
 from . import pages
 from ._context import ConsoleContext, Obj, form_of, require_same_origin
 from .access import Person, Refused
-
-DECISIONS = ("Approved", "Denied")
 
 
 def register_approval_routes(app: FastAPI, ctx: ConsoleContext) -> None:

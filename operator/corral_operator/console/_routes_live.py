@@ -11,7 +11,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from ._context import TERMINAL, ConsoleContext, Obj
+from corral_api.kinds import FINAL_PHASES
+
+from ._context import ConsoleContext, Obj
 from .access import Person, Refused
 from .reader import StreamUnavailable
 
@@ -68,7 +70,7 @@ async def live_turn(
         try:
             client = await reader.wire(session)
         except StreamUnavailable as why:
-            if phase in TERMINAL:
+            if phase in FINAL_PHASES:
                 uid = session["metadata"].get("uid")
                 async for page in _from_archive(ctx, namespace, name, uid, offset):
                     yield page
@@ -85,7 +87,7 @@ async def live_turn(
                     yield chunk
         finally:
             await client.aclose()
-        if phase in TERMINAL:
+        if phase in FINAL_PHASES:
             yield _sse("end", {"reason": f"the session is {phase}"})
             return
         await asyncio.sleep(RETRY_SECONDS)
@@ -122,7 +124,7 @@ async def _pump(
     first = True
     phase = "Running"
     while not await request.is_disconnected():
-        wait = 0.0 if phase in TERMINAL else WIRE_WAIT_SECONDS
+        wait = 0.0 if phase in FINAL_PHASES else WIRE_WAIT_SECONDS
         try:
             events, next_offset = await ctx.reader.updates(client, conversation, offset, wait)
         except StreamUnavailable as why:
@@ -137,7 +139,7 @@ async def _pump(
         yield offset
         if events:
             continue
-        if phase in TERMINAL or not await ctx.may(person, "get", "sessions", namespace):
+        if phase in FINAL_PHASES or not await ctx.may(person, "get", "sessions", namespace):
             return
         yield b": keepalive\n\n"
         session = await ctx.reader.get("Session", namespace, conversation)

@@ -9,8 +9,10 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse
 
+from corral_api.kinds import FINAL_PHASES
+
 from . import pages
-from ._context import TERMINAL, ConsoleContext, Obj
+from ._context import ConsoleContext, Obj
 from .access import Person, Refused
 
 
@@ -110,7 +112,7 @@ async def _archived_or_refuse(
 
 
 def _finished(session: Obj) -> bool:
-    return ((session.get("status") or {}).get("phase") or "") in TERMINAL
+    return ((session.get("status") or {}).get("phase") or "") in FINAL_PHASES
 
 
 def archive_summary(record: Obj) -> Obj:

@@ -23,9 +23,10 @@ from typing import Any, Protocol
 import httpx
 
 from corral_api import GROUP, VERSION
-from corral_api.decisions import decision_status
+from corral_api.decisions import PENDING, approval_decision, decision_patch
+from corral_kube import MERGE_PATCH, KubeRefused
 
-from ..kube import MERGE_PATCH, Kube, KubeError, corral_path
+from ..kube import Kube, corral_path
 
 # A review's answer is reused this long: a revoked right stops within seconds, and a page of
 # twenty requests costs one review, not twenty.
@@ -97,14 +98,10 @@ async def _write_decision(
     approval = await get()
     if approval is None:
         raise Refused(404, "not_found", f"approval {name} not found in {namespace}")
-    current = (approval.get("status") or {}).get("decision") or "Pending"
-    if current != "Pending":
+    current = approval_decision(approval)
+    if current != PENDING:
         raise Refused(409, "already_decided", f"approval {name} is already {current}")
-    body = {
-        "metadata": {"resourceVersion": approval["metadata"]["resourceVersion"]},
-        "status": decision_status(decision, user, comment, datetime.now(UTC)),
-    }
-    return dict(await patch(body))
+    return dict(await patch(decision_patch(approval, decision, user, comment, datetime.now(UTC))))
 
 
 def _refusal(status: int, message: str) -> Refused:
@@ -119,11 +116,10 @@ class ClusterAccess:
 
     def __init__(self, kube: Kube) -> None:
         self._kube = kube  # the console's own identity: reviews only, never a person's write
-        conf = kube.api.configuration
-        verify: Any = conf.ssl_ca_cert or bool(conf.verify_ssl)
         # A person's writes go straight to the API server with their token and nothing else of
         # ours: no client certificate, no console token.
-        self._people = httpx.AsyncClient(base_url=str(conf.host), verify=verify, timeout=30.0)
+        verify = kube.config.ssl_context(client_cert=False)
+        self._people = httpx.AsyncClient(base_url=kube.config.server, verify=verify, timeout=30.0)
         self._tokens = _Cache(REVIEW_TTL_SECONDS)
         self._reviews = _Cache(REVIEW_TTL_SECONDS)
 
@@ -281,16 +277,16 @@ class KubeconfigAccess:
         async def get() -> dict[str, Any] | None:
             try:
                 return await self._kube.get(path)
-            except KubeError as err:
-                raise _refusal(err.status, f"the API server refused: {err.reason}") from None
+            except KubeRefused as err:
+                raise _refusal(err.status, f"the API server refused: {err.message}") from None
 
         async def patch(body: dict[str, Any]) -> dict[str, Any]:
             try:
                 found = await self._kube.request(
                     "PATCH", f"{path}/status", body=body, content_type=MERGE_PATCH
                 )
-            except KubeError as err:
-                raise _refusal(err.status, f"the API server refused: {err.reason}") from None
+            except KubeRefused as err:
+                raise _refusal(err.status, f"the API server refused: {err.message}") from None
             return dict(found) if isinstance(found, dict) else {}
 
         return await _write_decision(get, patch, person.name, namespace, name, decision, comment)

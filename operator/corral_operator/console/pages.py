@@ -8,12 +8,13 @@ decision buttons) on top of pages that read fine without it.
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Iterable
-from datetime import datetime
 from html import escape
 from typing import Any
 from urllib.parse import quote
+
+from corral_api.decisions import PENDING, approval_action, approval_decision, approval_session
+from corral_api.timestamps import age
 
 Obj = dict[str, Any]
 
@@ -28,21 +29,6 @@ def _q(part: str) -> str:
 
 def session_href(namespace: str, name: str) -> str:
     return f"/ns/{_q(namespace)}/sessions/{_q(name)}"
-
-
-def age(timestamp: str | None, now: float | None = None) -> str:
-    """kubectl's AGE: 45s, 3m, 2h, 4d."""
-    if not timestamp:
-        return ""
-    try:
-        then = datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
-    except ValueError:
-        return ""
-    seconds = max(0, int((time.time() if now is None else now) - then))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds >= size:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
 
 
 def cost(status: Obj) -> str:
@@ -243,9 +229,8 @@ def approval_rows(approvals: list[Obj], deciders: set[str], now: float) -> str:
     rows = []
     for a in sorted(approvals, key=lambda a: a["metadata"].get("creationTimestamp", "")):
         md, spec, st = a["metadata"], a.get("spec") or {}, a.get("status") or {}
-        ns, decision = md.get("namespace", ""), st.get("decision") or "Pending"
-        action = spec.get("action") or {}
-        if decision == "Pending" and ns in deciders:
+        ns, decision = md.get("namespace", ""), approval_decision(a)
+        if decision == PENDING and ns in deciders:
             target = f"/ns/{_q(ns)}/approvals/{_q(md['name'])}/decide"
             control = (
                 f'<form method="post" action="{target}" class="decide" '
@@ -254,16 +239,16 @@ def approval_rows(approvals: list[Obj], deciders: set[str], now: float) -> str:
                 '<button name="decision" value="Approved" class="approve">Approve</button>'
                 '<button name="decision" value="Denied" class="deny">Deny</button></form>'
             )
-        elif decision == "Pending":
+        elif decision == PENDING:
             control = '<span class="muted">you may not decide</span>'
         else:
             control = f"{esc(decision)} by {esc(st.get('decidedBy'))}"
-        session = (spec.get("sessionRef") or {}).get("name", "")
+        session = approval_session(a)
         rows.append(
             f'<tr class="approval" data-approval="{esc(md["name"])}">'
             f"<td>{esc(ns)}</td><td>{esc(md['name'])}</td>"
             f'<td><a href="{session_href(ns, session)}">{esc(session)}</a></td>'
-            f"<td><code>{esc(action.get('tool'))} {esc(action.get('arguments'))}</code></td>"
+            f"<td><code>{esc(approval_action(a))}</code></td>"
             f"<td>{esc(spec.get('reason'))}</td><td>{age(md.get('creationTimestamp'), now)}</td>"
             f'<td class="decision">{control}</td></tr>'
         )
@@ -384,8 +369,7 @@ def goals_page(person: str, goals: list[Obj], evidences: list[Obj], now: float) 
 
 
 def approvals_page(person: str, approvals: list[Obj], deciders: set[str], now: float) -> str:
-    pending = [a for a in approvals if ((a.get("status") or {}).get("decision") or "Pending")
-               == "Pending"]  # fmt: skip
+    pending = [a for a in approvals if approval_decision(a) == PENDING]
     decided = [a for a in approvals if a not in pending]
     body = (
         "<h1>Approvals</h1><h2>Pending</h2>"

@@ -15,11 +15,13 @@ from typing import Any, Protocol
 
 import httpx
 
+from corral_kube import Forbidden, KubeError, Unauthorized
+
 from .. import naming
 from ..archive.record import ArchivedSession
 from ..archive.store import ArchiveStore
 from ..builders.podbuilder import WIRE_TOKEN_KEY
-from ..kube import Kube, KubeError, corral_path, object_path
+from ..kube import Kube, corral_path, object_path
 from ..planning.session import ownership
 from ..wireclient import DEFAULT_MAX_ANSWER_BYTES, ConversationLost, WireClient, WireFault
 
@@ -31,10 +33,6 @@ PLURALS = {"Session": "sessions", "Goal": "goals", "Evidence": "evidences", "App
 
 class StreamUnavailable(Exception):
     """The live turn cannot be read: no pod, no address, no wire token, or the harness is gone."""
-
-
-class Stream(Protocol):
-    async def aclose(self) -> None: ...
 
 
 class Source(Protocol):
@@ -94,9 +92,8 @@ class Reader:
         for namespace in self.namespaces:
             try:
                 found[namespace] = await self.objects(kind, namespace)
-            except KubeError as err:
-                if err.status not in (401, 403):
-                    raise
+            except (Unauthorized, Forbidden):
+                continue  # a namespace this identity may not read
         return found
 
     async def get(self, kind: str, namespace: str, name: str) -> Obj | None:
@@ -109,7 +106,7 @@ class Reader:
         try:
             pod = await self.kube.get(object_path("v1", "Pod", md["namespace"], pod_name))
         except KubeError as err:
-            raise StreamUnavailable(f"the sandbox pod cannot be read: {err.reason}") from None
+            raise StreamUnavailable(f"the sandbox pod cannot be read: {err.message}") from None
         ip = ((pod or {}).get("status") or {}).get("podIP")
         if not ip:
             raise StreamUnavailable("the sandbox pod is gone or has no address yet")
@@ -119,7 +116,7 @@ class Reader:
         try:
             secret = await self.kube.get(path)
         except KubeError as err:
-            raise StreamUnavailable(f"the wire token cannot be read: {err.reason}") from None
+            raise StreamUnavailable(f"the wire token cannot be read: {err.message}") from None
         if secret is None or ownership(secret, md["name"], str(md.get("uid", ""))) != "ours":
             raise StreamUnavailable("the sandbox's wire-token Secret is missing or not its own")
         token = base64.b64decode(secret["data"][WIRE_TOKEN_KEY]).decode()

@@ -28,7 +28,6 @@ from ._faults import (
 from ._ports import CheckResult, EventSink, TurnStore, WirePort
 from ._session import SessionDriver, resume_message
 from ._state import (
-    FINAL_PHASES,
     Decision,
     DriverOutcome,
     DriverState,
@@ -38,7 +37,6 @@ from ._state import (
 from ._wake import WAITING_FOR_WAKE, seconds_until_wake
 
 __all__ = [
-    "FINAL_PHASES",
     "WAITING_FOR_WAKE",
     "AdmissionRejected",
     "AnswerTooLarge",

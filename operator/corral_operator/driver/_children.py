@@ -15,11 +15,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from corral_api.kinds import WaitingFor
+from corral_api.kinds import FINAL_PHASES, WaitingFor
 
 from ._state import DriverState
 
-FINISHED = frozenset({"Succeeded", "Failed", "Stopped"})
 SUMMARY_LIMIT = 300
 
 
@@ -65,7 +64,7 @@ def waiting_for_of(tool_input: dict[str, Any]) -> WaitingFor:
 
 
 def running_children(children: list[dict[str, Any]]) -> int:
-    return sum(1 for c in _children(children, None) if c.phase not in FINISHED)
+    return sum(1 for c in _children(children, None) if c.phase not in FINAL_PHASES)
 
 
 def wait_satisfied(
@@ -73,7 +72,7 @@ def wait_satisfied(
 ) -> bool:
     """Whether a parent waiting by `waiting` (None: all) may resume now."""
     rows = _children(children, waiting)
-    finished = [r for r in rows if r.phase in FINISHED]
+    finished = [r for r in rows if r.phase in FINAL_PHASES]
     if len(finished) == len(rows):
         return True  # nothing left to wait for
     mode = waiting.mode if waiting is not None else "all"
@@ -129,8 +128,8 @@ def children_report(
 ) -> ChildrenReport:
     """The message that resumes the parent: a line per finished child not reported yet."""
     rows = _children(children, None)
-    fresh = [r for r in rows if r.phase in FINISHED and r.name not in reported]
-    still = [r.name for r in rows if r.phase not in FINISHED]
+    fresh = [r for r in rows if r.phase in FINAL_PHASES and r.name not in reported]
+    still = [r.name for r in rows if r.phase not in FINAL_PHASES]
     mode = waiting.mode if waiting is not None else "all"
     lines = [f"Your child sessions report back (wait mode: {mode}):"]
     lines += [child_line(r.name, r.phase, r.status) for r in fresh] or ["- no child has finished"]

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from corral_api.kinds import AdmissionLedger, AgentSpec, SessionSpec, SettlementRecord
+from corral_api.timestamps import now_rfc3339
 from corral_api.wire import AdmitRequest, SettledEvent
 from corral_common import logs
 
@@ -51,10 +52,6 @@ from ._wake import WAITING_FOR_WAKE, clip_answer, seconds_until_wake, time_text,
 log = logging.getLogger("corral.driver")
 
 DEFAULT_CHECK_TIMEOUT = 300
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def resume_message(state: DriverState) -> str:
@@ -234,7 +231,7 @@ class SessionDriver:
         )
         state.ledger = ledger
         state.phase = "Running"
-        state.started_at = state.started_at or _now()
+        state.started_at = state.started_at or now_rfc3339()
         await self._store.save(state)
         await self._emit(
             {
@@ -341,7 +338,7 @@ class SessionDriver:
         if decision.phase == "WaitingForChildren":
             state.waiting_for = waiting_for_of(self._wait_input)
         if state.finished:
-            state.finished_at = _now()
+            state.finished_at = now_rfc3339()
         # One save records the settlement and what follows it, so a restart sees both or none.
         await self._store.save(state)
         await self._emit(
@@ -389,7 +386,7 @@ class SessionDriver:
             state.message = decision.message
             state.ledger = None
             if state.finished:
-                state.finished_at = _now()
+                state.finished_at = now_rfc3339()
             await self._store.save(state)
         await self._emit(
             {

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from corral_api.kinds import (
+    FINAL_PHASES,
     AdmissionLedger,
     LastTurn,
     SessionPhase,
@@ -25,8 +26,6 @@ from corral_api.kinds import (
 )
 from corral_api.turnshape import PlanStatus
 from corral_api.wire import SettledEvent, WireUsage
-
-FINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed", "Stopped"})
 
 
 class DriverState(BaseModel):

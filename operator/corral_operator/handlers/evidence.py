@@ -12,10 +12,11 @@ import kopf
 from corral_api import GROUP, VERSION
 from corral_api.kinds import Evidence
 from corral_api.labels import EVIDENCE_SESSION
+from corral_kube import KubeError
 
 from .. import naming
 from ..builders.evidencepod import CHECK_CONTAINER, EvidenceSpecError, build_evidence_manifests
-from ..kube import KubeError, corral_path, object_path
+from ..kube import corral_path, object_path
 from ..planning.evidence import plan_evidence, verdict_on_session
 from ..planning.patch import merge_patch
 from ..planning.session import PlannedEvent, now_text

@@ -13,8 +13,9 @@ from typing import Any
 import kopf
 
 from corral_api import GROUP, VERSION
+from corral_kube import KubeError, NotFound
 
-from ..kube import KubeError, corral_path
+from ..kube import corral_path
 from ..planning.freeze import plan_freeze
 from ..planning.patch import merge_patch
 from ..planning.session import PlannedEvent, now_text
@@ -44,9 +45,10 @@ async def freeze_event(
     patch = merge_patch(freeze.get("status") or {}, plan.status)
     try:
         await rt.kube.patch_status(corral_path("Freeze", namespace, name), patch)
+    except NotFound:  # deleted meanwhile: nothing to say
+        return
     except KubeError as err:
-        if err.status != 404:  # deleted meanwhile: nothing to say
-            log.warning("freeze %s/%s: status not written: %s", namespace, name, err)
+        log.warning("freeze %s/%s: status not written: %s", namespace, name, err)
         return
     active = next(c for c in plan.status["conditions"] if c["type"] == "Active")
     if active["status"] == "True":

@@ -17,9 +17,10 @@ import kopf
 
 from corral_api import GROUP, VERSION
 from corral_api.labels import EVIDENCE_CHECK
+from corral_kube import KubeError, KubeRefused
 
 from .. import naming
-from ..kube import KubeError, corral_path
+from ..kube import corral_path
 from ..planning.goal import GOAL_ANNOTATION, plan_goal
 from ..planning.patch import merge_patch
 from ..runtime import Runtime, post_event
@@ -49,7 +50,7 @@ async def _one_pass(rt: Runtime, namespace: str, name: str) -> float | None:
     check = ((body.get("spec") or {}).get("success") or {}).get("name")
     evidences: list[dict[str, Any]] = []
     if isinstance(check, str) and check:
-        with contextlib.suppress(KubeError):  # a check name no label can hold: planner says so
+        with contextlib.suppress(KubeRefused):  # a check name no label can hold: planner says so
             evidences = await rt.kube.list(
                 corral_path("Evidence", namespace), label_selector=f"{EVIDENCE_CHECK}={check}"
             )

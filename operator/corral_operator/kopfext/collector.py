@@ -1,24 +1,13 @@
 """CPython's cyclic garbage collector, tuned for a process that keeps thousands of bodies.
 
-The operator keeps every watched Session, pod and Agent it plans from, and kopf keeps its own
-copies: a large heap of long-lived objects, most of them JSON that reference counting frees on
-its own. With the interpreter's default thresholds (700, 10, 10) the young generations were
-collected so often that short-lived bodies still in flight were promoted, and the full
-collections that promotion triggers (each one walks the whole heap with the event loop
-stopped) came every two seconds in a 1,000-Session burst, 250 to 900 ms each: 18 of the
-operator's 49 CPU seconds, and a pause every Session in flight waited through (ADR 0090).
+With the interpreter's default thresholds, bodies still in flight were promoted and the full
+collections that followed stopped the event loop for every Session in flight; larger young
+generations let those bodies die first, and what was imported before serving is frozen out of
+the collector's sight (ADR 0090; the pauses measured are in docs/performance.md, item 11).
 
-Larger young generations let in-flight bodies die before a collection sees them, so little
-is promoted and full collections become rare; what the process imported before it serves is
-moved out of the collector's sight altogether (`gc.freeze`), since it lives as long as the
-process.
-
-The young collections were still long (50 to 450 ms) because of one cycle: kopf's `Body`
-kept views of its metadata, spec and status that point back to it (and its `Meta` views of
-its labels and annotations; each event's `Patch` the same, and the body besides), so every
-watch event's whole decoded body lived until a collection walked and freed it.
-`acyclic_kopf_bodies` makes those views on access instead, so reference counting frees an
-event's body when kopf is done with it (ADR 0091).
+kopf's `Body`, `Meta` and `Patch` kept views that point back to them, so every watch event's
+decoded body waited for a collection; `acyclic_kopf_bodies` makes those views on access, so
+reference counting frees it (ADR 0091; docs/performance.md, item 17).
 """
 
 from __future__ import annotations

@@ -9,8 +9,8 @@ Sessions that copy was the largest item in the operator's profile (docs/performa
 essence is the same and the copy is small.
 
 Both also copy with `json_copy` instead of `copy.deepcopy`: a body is a tree of dicts, lists
-and immutable scalars, and deepcopy's generality (a memo, a dispatch per node) made it some
-five times slower on Sessions, the next largest item of the same profile.
+and immutable scalars, and deepcopy's generality (a memo, a dispatch per node) made it the next
+largest item of the same profile (docs/performance.md, item 10).
 """
 
 from __future__ import annotations

@@ -13,14 +13,22 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from corral_api.evidence import evidence_counts
-from corral_api.kinds import Goal, GoalSpec, GoalStatus, GoalWave, LandingCheck, WaveVerdict
+from corral_api.kinds import (
+    FINAL_PHASES,
+    Goal,
+    GoalSpec,
+    GoalStatus,
+    GoalWave,
+    LandingCheck,
+    WaveVerdict,
+)
 
 from .. import naming
 from ._goal_waves import GOAL_ANNOTATION, WAVE_ANNOTATION, success_check, wave_session
 from ._validated import validated
 from .conditions import set_condition
 from .evidence_request import EvidenceWanted, build_evidence
-from .session import FINAL, PlannedEvent, parse_time
+from .session import PlannedEvent, parse_time
 
 # Events on the Goal's Sessions and Evidence wake it at once; this is the fallback.
 GOAL_RECHECK = 15.0
@@ -345,7 +353,7 @@ def wave_session_missing(inputs: GoalInputs) -> GoalDecision | None:
 def wave_running(inputs: GoalInputs) -> GoalDecision | None:
     """The current wave's Session still runs: wait (WaveRunning)."""
     phase = inputs.phase
-    if phase in FINAL:
+    if phase in FINAL_PHASES:
         return None
     current = inputs.current
     message = (

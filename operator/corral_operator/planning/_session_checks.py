@@ -27,7 +27,7 @@ EventType = Literal["Normal", "Warning"]
 
 WAIT_RECHECK = 5.0
 # Every change of the sandbox pod wakes its Session at once (the operator watches pods), so
-# this recheck is a safety net only; at 5 s, 1,000 starting Sessions polled 200 times a second.
+# this recheck is a safety net only; a short one was a load of its own (docs/performance.md).
 STARTING_RECHECK = 30.0
 # A held Session is woken by every change of a Freeze in its namespace; this is the fallback.
 FROZEN_RECHECK = 30.0

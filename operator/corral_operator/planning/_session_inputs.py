@@ -12,16 +12,15 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from corral_api import API_VERSION
+from corral_api.decisions import PENDING, approval_decision
 from corral_api.freeze import FrozenBy
-from corral_api.kinds import Agent, ChildrenSummary, Session, SessionStatus
+from corral_api.kinds import FINAL_PHASES, Agent, ChildrenSummary, Session, SessionStatus
 from corral_api.timestamps import parse_rfc3339, rfc3339
 
 from .. import naming
 from ..settings import OperatorSettings
 from ._validated import validated
 from .lineage import Lineage, LineageRefusal, derive_lineage
-
-FINAL = frozenset({"Succeeded", "Failed", "Stopped"})
 
 now_text = rfc3339
 parse_time = parse_rfc3339
@@ -43,7 +42,7 @@ def summarize_children(children: list[dict[str, Any]]) -> ChildrenSummary:
     phases = [str((c.get("status") or {}).get("phase") or "Pending") for c in children]
     return ChildrenSummary(
         total=len(phases),
-        running=sum(p not in FINAL for p in phases),
+        running=sum(p not in FINAL_PHASES for p in phases),
         succeeded=sum(p == "Succeeded" for p in phases),
         failed=sum(p in ("Failed", "Stopped") for p in phases),
     )
@@ -52,8 +51,7 @@ def summarize_children(children: list[dict[str, Any]]) -> ChildrenSummary:
 def pending_for(approval: dict[str, Any], uid: str) -> bool:
     """Whether `approval` is one of the Session `uid`'s and still waits for a decision."""
     ref = (approval.get("spec") or {}).get("sessionRef") or {}
-    decision = (approval.get("status") or {}).get("decision") or "Pending"
-    return bool(ref.get("uid") == uid and decision == "Pending")
+    return bool(ref.get("uid") == uid and approval_decision(approval) == PENDING)
 
 
 Ownership = Literal["ours", "earlier", "foreign"]
@@ -145,7 +143,7 @@ class SessionInputs:
 
     @property
     def ended(self) -> bool:
-        return self.old.phase in FINAL
+        return self.old.phase in FINAL_PHASES
 
     @cached_property
     def parsed(self) -> Session | ValidationError:

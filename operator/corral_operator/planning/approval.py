@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from corral_api.decisions import DECISIONS, approval_decision
+
 from .session import PlannedEvent
 
 
@@ -56,8 +58,8 @@ def requested_on_session(approval: dict[str, Any]) -> PlannedEvent:
 def decided_on_session(approval: dict[str, Any]) -> PlannedEvent | None:
     """The Event on the Session once a person decided `approval`; None while it is pending."""
     status = approval.get("status") or {}
-    decision = status.get("decision") or "Pending"
-    if decision not in ("Approved", "Denied"):
+    decision = approval_decision(approval)
+    if decision not in DECISIONS:
         return None
     tool = ((approval.get("spec") or {}).get("action") or {}).get("tool", "?")
     name = approval.get("metadata", {}).get("name")

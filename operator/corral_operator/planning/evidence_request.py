@@ -24,6 +24,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from corral_api import API_VERSION
+from corral_api.decisions import APPROVED, PENDING, approval_decision
 from corral_api.digest import action_digest, check_definition_digest
 from corral_api.evidence import evidence_counts
 from corral_api.kinds import LandingCheck
@@ -150,8 +151,7 @@ def landing_revision(approval: dict[str, Any]) -> str | None:
     tool = action.get("tool")
     if tool not in LANDING_TOOLS:
         return None
-    decision = (approval.get("status") or {}).get("decision") or "Pending"
-    if decision not in ("Pending", "Approved"):
+    if approval_decision(approval) not in (PENDING, APPROVED):
         return None
     try:
         arguments = json.loads(action.get("arguments") or "")

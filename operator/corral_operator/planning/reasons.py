@@ -43,9 +43,6 @@ NOTHING_TO_DELIVER = "NothingToDeliver"  # the turn changed nothing since the la
 DELIVERY_FAILED = "DeliveryFailed"  # the push was refused or failed
 NO_REMOTE = "NoRemote"  # the repo is not a remote the custodian pushes to (a local path)
 
-# WaitingForChildren (docs/children.md): the parent waits for its children by its wait mode.
-WAITING_FOR_CHILDREN = "WaitingForChildren"
-
 # Frozen (a Freeze holds the session; docs/freeze.md), and Progressing while it holds.
 FROZEN = "Frozen"  # a Freeze in force holds it: nothing is admitted, a turn in flight is aborted
 THAWED = "Thawed"  # the freeze was lifted (deleted or `frozen: false`)
@@ -54,41 +51,3 @@ THAWED = "Thawed"  # the freeze was lifted (deleted or `frozen: false`)
 ARCHIVED = "Archived"  # written to the archive
 ARCHIVE_FAILED = "ArchiveFailed"  # not written by the deadline; the pod went anyway
 HISTORY_TOO_LARGE = "HistoryTooLarge"  # over --max-history-bytes: the record alone is archived
-
-SESSION_REASONS: frozenset[str] = frozenset(
-    {
-        SANDBOX_PENDING,
-        SANDBOX_STARTING,
-        SANDBOX_READY,
-        SANDBOX_RELEASED,
-        SANDBOX_KEPT,
-        SANDBOX_REFUSED,
-        CREATING_SANDBOX,
-        SANDBOX_CONFLICT,
-        AGENT_NOT_FOUND,
-        AGENT_NOT_READY,
-        COMPLETED,
-        EVALUATION_PASSED,
-        EVALUATION_FAILED,
-        STOPPED,
-        TURN_FAILED,
-        TURN_ABORTED,
-        TURN_RUNAWAY,
-        FAILED,
-        INVALID_SPEC,
-        OBJECT_IN_THE_WAY,
-        SANDBOX_LOST,
-        BUDGET_EXCEEDED,
-        TURN_LIMIT_REACHED,
-        DELIVERED,
-        NOTHING_TO_DELIVER,
-        DELIVERY_FAILED,
-        NO_REMOTE,
-        WAITING_FOR_CHILDREN,
-        FROZEN,
-        THAWED,
-        ARCHIVED,
-        ARCHIVE_FAILED,
-        HISTORY_TOO_LARGE,
-    }
-)

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from corral_api.freeze import FrozenBy
-from corral_api.kinds import SessionStatus
+from corral_api.kinds import FINAL_PHASES, SessionStatus
 
 from ..settings import OperatorSettings
 from . import reasons as R
@@ -28,7 +28,6 @@ from ._session_checks import EventType as EventType
 from ._session_checks import PlannedEvent as PlannedEvent
 from ._session_checks import SandboxState as SandboxState
 from ._session_checks import SessionDecision, decide_session
-from ._session_inputs import FINAL as FINAL
 from ._session_inputs import Ownership as Ownership
 from ._session_inputs import SessionInputs
 from ._session_inputs import now_text as now_text
@@ -119,7 +118,7 @@ def session_conditions(
         "kept": ("True", R.SANDBOX_KEPT, "the sandbox pod is kept (keepSandbox)"),
     }[sandbox]
     put("Ready", ready_reason[0], ready_reason[1], ready_reason[2])  # type: ignore[arg-type]
-    if status.phase in FINAL:
+    if status.phase in FINAL_PHASES:
         # Why a session ended is said once: a later pass keeps the reason it ended with.
         # (Succeeded is removed while a session runs, so finding it means it had ended.)
         ended = get_condition(conds, "Succeeded")
@@ -200,7 +199,11 @@ def _plan_of(inputs: SessionInputs, decision: SessionDecision) -> SessionPlan:
         decision.status, decision.sandbox, now=stamp, generation=generation, reason=decision.reason
     )
     status = with_frozen_condition(
-        status, inputs.frozen_by, final=status.phase in FINAL, now=stamp, generation=generation
+        status,
+        inputs.frozen_by,
+        final=status.phase in FINAL_PHASES,
+        now=stamp,
+        generation=generation,
     )
     status = status.model_copy(update={"observed_generation": generation})
     events = list(decision.events)

@@ -26,12 +26,13 @@ from corral_api.wire import (
     CustodianBudget,
     HarnessAdoptRequest,
 )
+from corral_kube import Conflict, KubeError, NotFound
 
 from .. import naming
 from ..budgets import lowest
 from ..builders.podbuilder import owner_reference, resolve_repo, sandbox_labels
 from ..builders.poolpod import CUSTODIAN_KEY, HARNESS_KEY, LABEL_POOL, agent_digest, key_secret_name
-from ..kube import KubeError, collection_path, object_path
+from ..kube import collection_path, object_path
 from ..planning.pool import adoptable, claim_patch, warm_refusal
 from ..runtime import Runtime
 from ..settings import OperatorSettings
@@ -108,10 +109,8 @@ async def _claim(rt: Runtime, pod: dict[str, Any], session: Session) -> dict[str
             body=claim_patch(pod, sandbox_labels(session), owner),
             content_type="application/merge-patch+json",
         )
-    except KubeError as err:
-        if err.status in (404, 409):
-            return None  # another Session took it first, or it went
-        raise
+    except (NotFound, Conflict):
+        return None  # another Session took it first, or it went
     return keys
 
 

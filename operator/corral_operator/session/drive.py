@@ -16,10 +16,10 @@ from corral_api.freeze import FREEZE_CAUSE, FrozenBy
 from corral_api.kinds import Agent, Session, SessionStatus
 from corral_api.wire import CustodianDelivery, CustodianUsage
 from corral_common import logs
+from corral_kube import KubeError
 
 from ..custodianclient import read_delivery, read_usage
 from ..driver import AdmissionRejected, SessionDriver, children_report
-from ..kube import KubeError
 from ..planning.children import may_have_children
 from ..planning.lineage import with_turn_cap
 from ..planning.session import PlannedEvent, SessionPlan, now_text

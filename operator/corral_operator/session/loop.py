@@ -17,17 +17,18 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from corral_api.kinds import FINAL_PHASES
 from corral_common import logs
+from corral_kube import KubeError
 
 from ..driver import WireFault
-from ..kube import KubeError
 from ..planning.patch import merge_patch
 from ..planning.session import PlannedEvent, SessionPlan
 from ..runtime import Runtime, post_event
 from ..wireclient import WireClient
 from .context import LoopContext, StopFlag, sandbox_pod_path
 from .drive import drive
-from .observe import FINAL_PHASES, Observed, observe
+from .observe import Observed, observe
 from .release import release
 from .sandbox import start_sandbox
 from .wiretoken import read_wire_token
@@ -131,7 +132,7 @@ class SessionLoop:
         for event in plan.events:
             post_event(body, event)
         if sandbox.refused is not None:
-            post_event(body, PlannedEvent("Warning", "SandboxRefused", sandbox.refused.reason))
+            post_event(body, PlannedEvent("Warning", "SandboxRefused", sandbox.refused.message))
             raise sandbox.refused
         retry = await release(self.ctx, body, sandbox.status, plan)
         return Applied(adopted=sandbox.adopted is not None, archive_retry=retry)

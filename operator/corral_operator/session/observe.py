@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from corral_api.freeze import FrozenBy
-from corral_api.kinds import MAX_DEPTH_CAP
+from corral_api.kinds import FINAL_PHASES, MAX_DEPTH_CAP
 
 from .. import naming
 from ..kube import corral_path, object_path
@@ -23,7 +23,6 @@ from ..settings import OperatorSettings
 from .context import LoopContext, sandbox_pod_path
 
 _OBJECT_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
-FINAL_PHASES = ("Succeeded", "Failed", "Stopped")
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from corral_api.kinds import Agent, Session
+from corral_kube import Conflict, KubeRefused
 
 from ..builders.podbuilder import build_sandbox
-from ..kube import KubeError, object_path
+from ..kube import object_path
 from ..planning.lineage import Lineage
 from ..planning.session import PlannedEvent, SessionPlan, ownership, with_sandbox_refused
 from ..runtime import post_event
@@ -32,7 +33,7 @@ class SandboxStarted:
 
     status: dict[str, Any]
     adopted: str | None = None
-    refused: KubeError | None = None
+    refused: KubeRefused | None = None
 
 
 async def start_sandbox(
@@ -43,10 +44,10 @@ async def start_sandbox(
         return SandboxStarted(plan.status)
     try:
         adopted = await create_sandbox(ctx, body, agent, plan.lineage)
-    except KubeError as err:
+    except KubeRefused as err:  # unreachable is no refusal: the pass fails and is retried
         generation = int(body["metadata"].get("generation") or 0)
         refused = with_sandbox_refused(
-            plan.status, err.reason, now=datetime.now(UTC), generation=generation
+            plan.status, err.message, now=datetime.now(UTC), generation=generation
         )
         return SandboxStarted(refused, refused=err)
     if adopted is None:
@@ -88,7 +89,7 @@ async def create_ours(
     ctx: LoopContext, manifest: dict[str, Any], uid: str, *, remember: bool = False
 ) -> bool:
     """Create `manifest`: True when created, False when this Session's own is there already
-    (a restart); KubeError 409 when someone else's is in the way. A `remember`ed pod is kept
+    (a restart); Conflict (409) when someone else's is in the way. A `remember`ed pod is kept
     as created, so its ADDED event changes nothing and wakes no pass (that pass had nothing
     to do, and read the Session back while the watch lagged)."""
     if remember:
@@ -104,5 +105,5 @@ async def create_ours(
     if there is None or ownership(there, ctx.name, uid) != "ours":
         ctx.look_up_existing = True  # the next pass plans with what is in the way
         what = f"{manifest['kind']} {md['name']}"
-        raise KubeError(409, f"{what} exists and is not this Session's")
+        raise Conflict(409, f"{what} exists and is not this Session's")
     return False

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import base64
 
+from corral_kube import Conflict, NotFound
+
 from .. import naming
 from ..builders.podbuilder import WIRE_TOKEN_KEY
-from ..kube import Kube, KubeError, object_path
+from ..kube import Kube, object_path
 from ..planning.session import ownership
 
 
@@ -26,7 +28,7 @@ async def read_wire_token(
     path = object_path("v1", "Secret", namespace, naming.wire_secret_name(session))
     secret = await kube.get(path)
     if secret is None:
-        raise KubeError(404, f"wire token secret {path} is missing")
+        raise NotFound(404, f"wire token secret {path} is missing")
     if ownership(secret, session, uid) != "ours":
-        raise KubeError(409, f"the Secret {path} is not owned by this Session; it is not used")
+        raise Conflict(409, f"the Secret {path} is not owned by this Session; it is not used")
     return base64.b64decode(secret["data"][WIRE_TOKEN_KEY]).decode()

@@ -11,8 +11,8 @@ import pytest
 
 from corral_api.kinds import AgentSpec
 from corral_cli._approvals import ApprovalDesk, default_mode
-from corral_harness.local_approvals import FileApprovalPort
-from corral_harness.seams import ToolCall, TurnContext
+from corral_harness.approvals.file_port import FileApprovalPort
+from corral_harness.ports import ToolCall, TurnContext
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -18,6 +18,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from aiohttp import web
 from fastapi.testclient import TestClient
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -30,10 +31,12 @@ from corral_custodian import _secrets
 from corral_custodian._adopt import PooledCustodian
 from corral_custodian._app import Custodian, create_operator_app
 from corral_custodian._hooks import HookProblem, hook_headers
-from corral_custodian._kube import KubeClient, KubeError
+from corral_custodian._kube import kube_client
 from corral_custodian._secrets import RedactResponses, SecretRegistry
 from corral_custodian.settings import KubeSettings, from_env, register_credentials
+from corral_kube import KubeConfigError
 from tests._scripted import ScriptedServer
+from tests.unit.kube._apiserver import ApiServer
 
 from ._custodian_proc import CUSTODIAN, running_custodian
 
@@ -254,18 +257,30 @@ def test_a_rotated_service_account_token_is_registered_before_it_is_sent(
 ) -> None:
     token_file = tmp_path / "token"
     token_file.write_text("eyJ-first-token-0123456789\n")
-    client = KubeClient(KubeSettings("https://127.0.0.1:1", token_file, None))
-    assert client._headers()["Authorization"] == "Bearer eyJ-first-token-0123456789"
-    token_file.write_text("eyJ-rotated-token-9876543210\n")  # the kubelet rotated it
-    client._headers()
-    assert clean_registry.values() == ["eyJ-first-token-0123456789", "eyJ-rotated-token-9876543210"]
-    assert (
-        clean_registry.redact("eyJ-rotated-token-9876543210") == "[redacted:service-account-token]"
-    )
-    token_file.write_text("eyJ-1\n")  # too short to redact: never sent
-    with pytest.raises(KubeError) as refused:
-        asyncio.run(client.get("/api"))
-    assert refused.value.status == 503 and "at least 8" in refused.value.message
+    # What the redactor held when each request reached the API server (a stand-in here).
+    held_when_sent: list[tuple[str, list[str]]] = []
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        held_when_sent.append((request.headers["Authorization"], clean_registry.values()))
+        return web.json_response({"kind": "Session"})
+
+    async def calls() -> None:
+        async with ApiServer(handler=answer) as server:
+            client = kube_client(KubeSettings(server.url, token_file, None))
+            try:
+                await client.get("/apis/corral.dev/v1alpha1/namespaces/ns/sessions/s")
+                token_file.write_text("eyJ-rotated-token-9876543210\n")  # the kubelet rotated it
+                await client.get("/apis/corral.dev/v1alpha1/namespaces/ns/sessions/s")
+                token_file.write_text("eyJ-1\n")  # too short to redact: never sent
+                with pytest.raises(KubeConfigError, match="at least 8"):
+                    await client.get("/apis/corral.dev/v1alpha1/namespaces/ns/sessions/s")
+            finally:
+                await client.aclose()
+
+    asyncio.run(calls())
+    first, rotated = "eyJ-first-token-0123456789", "eyJ-rotated-token-9876543210"
+    assert held_when_sent == [(f"Bearer {first}", [first]), (f"Bearer {rotated}", [first, rotated])]
+    assert clean_registry.redact(rotated) == "[redacted:service-account-token]"
 
 
 def test_a_hook_secret_read_for_a_hook_is_registered_and_a_short_one_refused(

@@ -156,7 +156,9 @@ def operator_image(dist_names: list[str], packages: list[str]) -> tuple[set[str]
 
 
 def test_an_image_of_its_role_alone_has_no_stranger() -> None:
-    files, meta = operator_image(OPERATOR_DISTS, ["corral_api", "corral_common", "corral_operator"])
+    files, meta = operator_image(
+        OPERATOR_DISTS, ["corral_api", "corral_common", "corral_kube", "corral_operator"]
+    )
     scripts = {"corral-operator": LAUNCHER, "activate": "# source me\n", "python": ""}
     assert ic.strangers(ic.ROLES["operator"], files, meta, scripts, ENV) == []
 
@@ -164,7 +166,14 @@ def test_an_image_of_its_role_alone_has_no_stranger() -> None:
 def test_every_kind_of_stranger_is_named() -> None:
     files, meta = operator_image(
         [*OPERATOR_DISTS, "anthropic", "httpx2"],
-        ["corral_api", "corral_common", "corral_operator", "corral_harness", "corral_dev"],
+        [
+            "corral_api",
+            "corral_common",
+            "corral_kube",
+            "corral_operator",
+            "corral_harness",
+            "corral_dev",
+        ],
     )
     files |= {"corral_dev/scripted/__init__.py", "orphan-2.0.dist-info/RECORD"}
     harness_script = LAUNCHER.replace("corral_operator.main", "corral_cli.main")
@@ -189,6 +198,7 @@ def test_a_lacking_package_or_requirement_is_named_too() -> None:
     assert problems == [
         "corral[operator] requires h11, which is not installed",
         "Corral package corral_common is missing",
+        "Corral package corral_kube is missing",  # the operator's Kubernetes client (ADR 0101)
     ]
 
 
@@ -255,6 +265,7 @@ def test_an_oci_archive_is_read_layer_over_layer(tmp_path: Path) -> None:
             f"{SITE}/typing_extensions-4.12.dist-info/METADATA": b"Name: typing_extensions\n",
             f"{SITE}/corral_api/__init__.py": b"",
             f"{SITE}/corral_common/__init__.py": b"",
+            f"{SITE}/corral_kube/__init__.py": b"",
             f"{SITE}/corral_operator/main.py": b"",
             f"{SITE}/corral_harness/scripted/__init__.py": b"",
             "etc/.wh.gone": b"",

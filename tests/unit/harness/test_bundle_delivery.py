@@ -30,7 +30,7 @@ from corral_harness.delivery import (
     TurnDelivery,
     local_stdout,
 )
-from corral_harness.seams import Workspace
+from corral_harness.ports import Workspace
 from corral_harness.tools import LocalWorkspace
 from corral_harness.tools._exec_client import ExecWorkspace, StdoutFailed
 from tests.unit.tools_exec._service import ExecService

@@ -28,7 +28,7 @@ from corral_harness.engine.seam import (
     ToolGate,
 )
 from corral_harness.paths import GrantedRoot
-from corral_harness.seams import ToolCall
+from corral_harness.ports import ToolCall
 from corral_harness.tools import WorkingTools
 from tests._scripted import ScriptedServer
 

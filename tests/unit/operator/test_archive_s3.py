@@ -4,7 +4,7 @@ The server is moto's (`moto_server`, from the dev extra): a STAND-IN for S3, not
 is run with IAM authentication on (`INITIAL_NO_AUTH_ACTION_COUNT`), so it recomputes every
 request's SigV4 signature with botocore and refuses a wrong one: the archive's own signer is
 checked against the AWS SDK's on real requests here, and against AWS's published examples in
-test_archive_sigv4.py.
+tests/unit/common/test_sigv4.py.
 """
 
 from __future__ import annotations

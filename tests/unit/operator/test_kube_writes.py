@@ -16,13 +16,13 @@ from corral_operator.metrics import OperatorMetrics
 
 
 class StalledApi:
-    """An ApiClient whose calls wait until released, counting how many are in flight."""
+    """A Kubernetes client whose calls wait until released, counting how many are in flight."""
 
     def __init__(self) -> None:
         self.in_flight: dict[str, int] = {}
         self.release = asyncio.Event()
 
-    async def call_api(self, path: str, method: str, **_: Any) -> dict[str, Any]:
+    async def request(self, method: str, path: str, **_: Any) -> dict[str, Any]:
         self.in_flight[method] = self.in_flight.get(method, 0) + 1
         await self.release.wait()
         return {}
@@ -46,7 +46,7 @@ async def test_updates_and_deletes_wait_for_a_slot_while_creates_and_reads_go_at
     connected = await Kube.connect(_kubeconfig(tmp_path), writes_in_flight=slots)
     await connected.close()
     api = StalledApi()
-    kube = dataclasses.replace(connected, api=api)  # the connected adapter's slots, stalled
+    kube = dataclasses.replace(connected, client=api)  # the connected adapter's slots, stalled
     path = "/api/v1/namespaces/ns/pods/p"
     many = slots * 3
     calls = [

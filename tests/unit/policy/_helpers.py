@@ -4,7 +4,7 @@ from pathlib import Path
 from typing import Any
 
 from corral_api.kinds import AgentSpec, ToolPolicy
-from corral_harness.seams import ToolSpec, TurnContext
+from corral_harness.ports import ToolSpec, TurnContext
 
 OBJ: dict[str, Any] = {"type": "object"}
 

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 
 from corral_common.approval_files import ApprovalScopeMismatch
-from corral_harness.local_approvals import FileApprovalPort
+from corral_harness.approvals.file_port import FileApprovalPort
+from corral_harness.approvals.settle import call_digest, settle_ask
 from corral_harness.paths import GrantedRoot
-from corral_harness.policy import call_digest, settle_ask, shell_ask_reason
+from corral_harness.policy import shell_ask_reason
 from corral_harness.policy.turn_policy import CorralTurnPolicy
-from corral_harness.seams import ToolCall, TurnContext
+from corral_harness.ports import ToolCall, TurnContext
 
 from ._helpers import WORKING, agent, ctx, menu
 

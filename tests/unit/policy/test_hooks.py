@@ -17,7 +17,7 @@ from corral_harness.hooks import (
     rewrite_input,
 )
 from corral_harness.policy.turn_policy import CorralTurnPolicy
-from corral_harness.seams import ToolCall
+from corral_harness.ports import ToolCall
 
 from ._helpers import WORKING, ctx
 

@@ -9,7 +9,7 @@ import pytest
 from corral_harness.policy import FORBIDDEN, MAX_VISIBLE_TOOLS, TOOL_SEARCH_NAME, answer_tool_search
 from corral_harness.policy.fixed_rule import forbidden_reason
 from corral_harness.policy.turn_policy import CorralTurnPolicy
-from corral_harness.seams import ToolCall, ToolSpec
+from corral_harness.ports import ToolCall, ToolSpec
 
 from ._helpers import OBJ, WORKING, agent, ctx, menu
 

@@ -11,7 +11,6 @@ import pytest
 from pydantic import ValidationError
 
 from corral_api.hook_spec import AgentHooks
-from corral_harness.hook_runners import LocalCommandRunner
 from corral_harness.hooks import (
     BadAnswer,
     HookEvent,
@@ -19,6 +18,7 @@ from corral_harness.hooks import (
     hooks_from_spec,
     read_answer,
 )
+from corral_harness.hooks.runners import LocalCommandRunner
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -13,7 +13,7 @@ from corral_harness.context import (
     is_compaction_entry,
 )
 from corral_harness.policy.turn_policy import CorralTurnPolicy
-from corral_harness.seams import ToolCall
+from corral_harness.ports import ToolCall
 
 from ._helpers import WORKING, agent, ctx
 

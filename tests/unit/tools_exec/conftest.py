@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from corral_harness.seams import Workspace
+from corral_harness.ports import Workspace
 from corral_harness.tools import LocalWorkspace, WorkingTools
 from corral_harness.tools._exec_client import ExecWorkspace
 

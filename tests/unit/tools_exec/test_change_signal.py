@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from corral_harness.policy.turn_policy import CorralTurnPolicy, WorkspaceFacts
-from corral_harness.seams import Survey, ToolCall, Workspace
+from corral_harness.ports import Survey, ToolCall, Workspace
 from corral_harness.tools import WorkingTools
 
 from ..policy._helpers import WORKING, agent, ctx

@@ -18,7 +18,7 @@ import pytest
 from corral_harness.context import InstructionFileCache
 from corral_harness.paths import PathVerdict
 from corral_harness.policy.turn_policy import CorralTurnPolicy
-from corral_harness.seams import ToolCall, Workspace, WorkspaceError
+from corral_harness.ports import ToolCall, Workspace, WorkspaceError
 from corral_harness.tools import LocalWorkspace, WorkingTools
 from corral_harness.tools._exec_client import ExecWorkspace
 

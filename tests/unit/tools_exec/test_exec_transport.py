@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from corral_harness.seams import WorkspaceError
+from corral_harness.ports import WorkspaceError
 from corral_harness.tools._exec_client import ExecWorkspace
 
 from ._service import ExecService

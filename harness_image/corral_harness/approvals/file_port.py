@@ -15,7 +15,7 @@ from typing import Literal
 
 from corral_common.approval_files import ApprovalFiles, ApprovalNotFound
 
-from .seams import ToolCall, TurnContext
+from ..ports import ToolCall, TurnContext
 
 
 class FileApprovalPort:

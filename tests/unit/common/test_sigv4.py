@@ -1,13 +1,14 @@
-"""The S3 archive's SigV4 signer against AWS's published examples: the Signature Version 4
-test suite (get-vanilla, get-vanilla-query-order-key-case, post-vanilla) and the Amazon S3 API
-Reference's "Signature Calculations for the Authorization Header" (GET Object, PUT Object, GET
-Bucket lifecycle, GET Bucket). A single wrong byte in the canonical request changes them."""
+"""The SigV4 signer (`corral_common.sigv4`, the S3 archive's) against AWS's published
+examples: the Signature Version 4 test suite (get-vanilla, get-vanilla-query-order-key-case,
+post-vanilla) and the Amazon S3 API Reference's "Signature Calculations for the Authorization
+Header" (GET Object, PUT Object, GET Bucket lifecycle, GET Bucket). A single wrong byte in the
+canonical request changes them."""
 
 from __future__ import annotations
 
 import pytest
 
-from corral_operator.archive import sigv4
+from corral_common import sigv4
 
 SUITE = sigv4.Credentials("AKIDEXAMPLE", "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY")
 SUITE_DATE = "20150830T123600Z"

@@ -1,4 +1,4 @@
-"""The seams between the turn (engine + wire) and the policy that decides what the model sees.
+"""The ports between the turn (engine + wire) and the policy that decides what the model sees.
 
 The turn owns running: the queue, the provider stream, executing tools, the transcript. The
 policy owns deciding: which tools are shown, whether a call runs, what goes in the window, and

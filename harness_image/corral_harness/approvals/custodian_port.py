@@ -19,7 +19,7 @@ import json
 import logging
 from typing import Any, Literal
 
-from ..seams import ToolCall, TurnContext
+from ..ports import ToolCall, TurnContext
 
 log = logging.getLogger(__name__)
 

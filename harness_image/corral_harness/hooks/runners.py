@@ -27,8 +27,8 @@ import httpx
 
 from corral_api.hook_spec import HookSpec
 
-from .hooks import HookReply
-from .seams import Workspace, WorkspaceError
+from ..ports import Workspace, WorkspaceError
+from ._spec import HookReply
 
 MAX_ANSWER_BYTES = 1024 * 1024
 ERR_MARKER = "--corral-hook-stderr-6f1c--"

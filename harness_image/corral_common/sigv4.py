@@ -1,4 +1,5 @@
-"""AWS Signature Version 4 for the S3 archive: the few lines of it an S3 client needs.
+"""AWS Signature Version 4: the few lines of it a client of an AWS-style API needs (the
+operator's S3 archive now; Bedrock requests from the custodian may sign with it too).
 
 A request is signed in its `Authorization` header (never in the query string): the canonical
 request is hashed, the string to sign names the date, the region and the service, and the key

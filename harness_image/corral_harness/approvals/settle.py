@@ -1,8 +1,8 @@
 """Settling an `ask` through an ApprovalPort, and the digest a decision binds to.
 
 The stores are elsewhere: Approval resources through the custodian in a pod, the custodian's
-file store under `corral run`, and `corral_common.approval_files` (through the harness's
-`local_approvals.FileApprovalPort`) where no custodian runs.
+file store under `corral run` (both through `custodian_port`), and `corral_common.approval_files`
+(through `file_port.FileApprovalPort`) where no custodian runs.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 from corral_api.digest import action_digest
 
-from ..seams import ApprovalPort, ToolCall, ToolDecision, TurnContext
+from ..ports import ApprovalPort, ToolCall, ToolDecision, TurnContext
 
 
 def call_digest(name: str, arguments: dict[str, Any]) -> str:

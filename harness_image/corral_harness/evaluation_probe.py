@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .seams import Workspace, WorkspaceError
+from .ports import Workspace, WorkspaceError
 
 CHECK_OUTPUT_CHARS = 4000
 KEEP_BYTES = 1_000_000
