@@ -27,6 +27,7 @@ from .ports import free_port as free_port  # re-exported: tests and benchmarks c
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO_ROOT / "hack" / "build-control-plane.sh"
 # kind (as kubectl names it) -> API path prefix, plural, namespaced: what `get_object` reads.
+THROTTLED_RETRIES = 10  # 429s in a row before a call to the API server fails
 CORRAL_PLURALS = ("agents", "approvals", "evidences", "freezes", "goals", "sessions")
 RESOURCES: dict[str, tuple[str, str, bool]] = {
     **{
@@ -191,19 +192,15 @@ class ControlPlane:
             "" if kind in CLUSTER_SCOPED else f"/namespaces/{meta.get('namespace') or 'default'}"
         )
         path = f"/{prefix}{where}/{plural}/{meta['name']}?fieldManager=corral-tests&force=true"
-        request = urllib.request.Request(
-            f"{self.server}{path}",
-            data=json.dumps(doc).encode(),
-            method="PATCH",
-            headers={"Content-Type": "application/apply-patch+yaml", "Accept": "application/json"},
-        )
         try:
-            with urllib.request.urlopen(request, context=self._admin_tls(), timeout=30) as answer:
-                return dict(json.loads(answer.read()))
+            applied = self.api_send("PATCH", path, doc, "application/apply-patch+yaml")
         except urllib.error.HTTPError as e:
             raise ControlPlaneError(
                 f"applying {kind} {meta.get('name')}: {e.code} {e.read().decode(errors='replace')}"
             ) from None
+        if applied is None:
+            raise ControlPlaneError(f"applying {kind} {meta.get('name')}: 404 (no such namespace?)")
+        return applied
 
     def api_get(self, path: str) -> dict[str, Any] | None:
         """GET `path` on the API server as the admin; None on 404."""
@@ -224,13 +221,21 @@ class ControlPlane:
         request = urllib.request.Request(
             f"{self.server}{path}", data=data, method=method, headers=headers
         )
-        try:
-            with urllib.request.urlopen(request, context=self._admin_tls(), timeout=30) as answer:
-                return dict(json.loads(answer.read()))
-        except urllib.error.HTTPError as e:
-            if e.code == 404:
-                return None
-            raise
+        for attempt in range(THROTTLED_RETRIES + 1):
+            try:
+                with urllib.request.urlopen(
+                    request, context=self._admin_tls(), timeout=30
+                ) as answer:
+                    return dict(json.loads(answer.read()))
+            except urllib.error.HTTPError as e:
+                if e.code == 404:
+                    return None
+                # A fresh API server answers 429 until its priority-and-fairness configuration
+                # is in place; kubectl waits and asks again, and so does this.
+                if e.code != 429 or attempt == THROTTLED_RETRIES:
+                    raise
+                time.sleep(min(float(e.headers.get("Retry-After") or 1), 5.0))
+        raise AssertionError("unreachable")
 
     # ------------------------------------------------------------------ namespaces
 
