@@ -4,7 +4,7 @@ This package is the bottom layer: both the operator and the sandbox image import
 imports neither of them nor any adapter library.
 """
 
-from ._base import API_VERSION, GROUP, VERSION, Condition
+from ._base import API_VERSION, GROUP, VERSION, Condition, corral_path
 from .kinds import (
     KIND_BY_NAME,
     KINDS,
@@ -33,4 +33,5 @@ __all__ = [
     "Session",
     "SessionSpec",
     "SessionStatus",
+    "corral_path",
 ]

@@ -14,6 +14,12 @@ VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 
 
+def corral_path(namespace: str, plural: str, name: str | None = None) -> str:
+    """The REST path of Corral's `plural` in `namespace`, or of the one called `name`."""
+    base = f"/apis/{API_VERSION}/namespaces/{namespace}/{plural}"
+    return f"{base}/{name}" if name else base
+
+
 class ApiModel(BaseModel):
     """Base for every API object: camelCase on the wire, unknown fields refused."""
 

@@ -5,12 +5,11 @@ refuses (too short to redact) is never sent."""
 
 from __future__ import annotations
 
+from corral_api import corral_path as corral_path  # re-exported: the custodian's callers
 from corral_kube import KubeClient, KubeConfig
 
 from . import _secrets
 from .settings import SERVICE_ACCOUNT_TOKEN, KubeSettings
-
-CORRAL = "/apis/corral.dev/v1alpha1"
 
 
 def _register(token: str) -> None:
@@ -25,6 +24,3 @@ def kube_client(settings: KubeSettings) -> KubeClient:
     return KubeClient(config, timeout=15.0)
 
 
-def corral_path(namespace: str, plural: str, name: str | None = None) -> str:
-    base = f"{CORRAL}/namespaces/{namespace}/{plural}"
-    return f"{base}/{name}" if name else base

@@ -17,7 +17,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from corral_api import GROUP, VERSION
+from corral_api import corral_path as api_corral_path
 from corral_kube import (
     MERGE_PATCH,
     Conflict,
@@ -64,10 +64,7 @@ def object_path(api_version: str, kind: str, namespace: str, name: str) -> str:
 
 
 def corral_path(kind: str, namespace: str, name: str | None = None) -> str:
-    api = f"{GROUP}/{VERSION}"
-    if name is None:
-        return collection_path(api, kind, namespace)
-    return object_path(api, kind, namespace, name)
+    return api_corral_path(namespace, _PLURALS[kind], name)
 
 
 @dataclass
