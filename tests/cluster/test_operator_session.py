@@ -109,6 +109,9 @@ def test_a_restarted_operator_reattaches_without_a_second_admission_or_pod(
     )
     pod = operator.get("pod", f"corral-{name}")
     assert pod is not None
+    # Events are posted from a queue that a SIGKILL drops: the admission's is waited for, so
+    # the count below tells a second admission from a lost Event.
+    wait_for("the TurnAdmitted Event", lambda: "TurnAdmitted" in _reasons(operator, name), 20)
     operator.kill()
     operator.start()
 
