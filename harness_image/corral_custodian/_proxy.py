@@ -47,7 +47,7 @@ from .settings import CustodianSettings
 
 log = logging.getLogger("corral_custodian.proxy")
 
-_KEEP_RESPONSE = {"content-type", "request-id", "retry-after", "x-should-retry"}
+_KEEP_RESPONSE = {"content-type", "request-id", "retry-after", "retry-after-ms", "x-should-retry"}
 
 
 def anthropic_error(status: int, kind: str, message: str, retry: bool = False) -> JSONResponse:
@@ -152,7 +152,9 @@ class _RelayedStream(StreamingResponse):
                 self._upstream_ended = True
                 event = {"type": "error", "error": {"type": "api_error",
                          "message": f"the model upstream broke off the stream: {e}"}}  # fmt: skip
-                payload = f"event: error\ndata: {json.dumps(event)}\n\n".encode()
+                # It opens with a blank line: after a drop mid-line the partial line ends
+                # there, as an event of its own, and never joins this one.
+                payload = f"\n\nevent: error\ndata: {json.dumps(event)}\n\n".encode()
                 await send({"type": "http.response.body", "body": payload, "more_body": True})
             await send({"type": "http.response.body", "body": b"", "more_body": False})
         except OSError:

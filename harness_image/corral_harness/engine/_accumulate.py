@@ -11,6 +11,9 @@ from typing import Any
 
 from .seam import Usage
 
+# The key a cut-off tool call's input is kept under: what streamed of its JSON, as it streamed.
+PARTIAL_INPUT = "__partial_json__"
+
 
 def _get(obj: Any, name: str) -> Any:
     if isinstance(obj, dict):
@@ -23,10 +26,12 @@ class MessageBuilder:
         self.blocks: dict[int, dict[str, Any]] = {}
         self._json: dict[int, str] = {}
         self._closed: set[int] = set()
+        self._unparsed: set[int] = set()  # tool calls stopped with input that is not an object
         self.stop_reason = ""
         self.usage: dict[str, int] = {}
         self.forwarded = False  # real content has reached the turn: no retry after this
         self.finished = False  # message_stop seen
+        self.undecodable: list[str] = []  # events whose data was not JSON, kept as data
 
     def on_event(self, event: Any) -> None:
         kind = _get(event, "type")
@@ -43,6 +48,11 @@ class MessageBuilder:
             self._take_usage(_get(event, "usage"))
         elif kind == "message_stop":
             self.finished = True
+
+    def on_undecodable(self, data: str) -> None:
+        """An event that is not JSON (a line cut by a dropped connection): kept, not raised, so
+        an `error` event after it still names the failure."""
+        self.undecodable.append(data)
 
     def _take_usage(self, usage: Any) -> None:
         if usage is None:
@@ -80,8 +90,10 @@ class MessageBuilder:
             self.forwarded = True
         elif isinstance(block, dict):
             self.blocks[index] = {k: v for k, v in block.items() if v is not None}
-        else:
+        elif hasattr(block, "model_dump"):
             self.blocks[index] = block.model_dump(mode="json", exclude_none=True)
+        else:
+            return  # not a block at all: nothing to keep
         if self.blocks[index].get("text"):
             self.forwarded = True
 
@@ -110,11 +122,29 @@ class MessageBuilder:
             try:
                 parsed = json.loads(raw) if raw.strip() else {}
             except json.JSONDecodeError:
-                parsed = {"__unparsable__": raw}
-            block["input"] = parsed
+                parsed = None
+            if isinstance(parsed, dict):
+                block["input"] = parsed
+            else:
+                self._unparsed.add(index)
         self._closed.add(index)
 
+    def _cut_indices(self) -> list[int]:
+        return [
+            i
+            for i, block in self.blocks.items()
+            if block["type"] == "tool_use" and (i not in self._closed or i in self._unparsed)
+        ]
+
+    def cut_calls(self) -> set[str]:
+        """The tool calls whose input never completed: the block never stopped (the answer ran
+        out at max_tokens) or its JSON is not an object. They must not run (`_loop`)."""
+        return {str(self.blocks[i]["id"]) for i in self._cut_indices()}
+
     def message(self) -> dict[str, Any]:
+        """The whole answer; a cut-off call keeps what streamed of its input, never `{}`."""
+        for i in self._cut_indices():
+            self.blocks[i]["input"] = {PARTIAL_INPUT: self._json.get(i, "")}
         return {"role": "assistant", "content": [self.blocks[i] for i in sorted(self.blocks)]}
 
     def partial_message(self) -> dict[str, Any]:
@@ -130,7 +160,7 @@ class MessageBuilder:
         if block["type"] == "text":
             return bool(block.get("text"))
         if block["type"] == "tool_use":
-            return index in self._closed
+            return index in self._closed and index not in self._unparsed
         if block["type"] == "thinking":
             return bool(block.get("signature")) and index in self._closed
         return False

@@ -1,9 +1,12 @@
 """The tool loop every engine adapter shares; an adapter adds only its transport.
 
 The loop keeps the seam's rules (order of events and hooks, one call at a time, abort, steer,
-partial message on a cut) and the provider-call rules: a call is retried (default 2, growing
-backoff) only while nothing has been forwarded to the turn; a silent stream (default 120 s) and
-a stream past its cap (default 300 s) fail without retry. An adapter implements `_stream_once`:
+partial message on a cut or a failure) and the provider-call rules: a call is retried (default
+2, growing backoff, or the server's `retry-after`, capped) only while nothing has been forwarded
+to the turn, and a budget refusal never; a silent stream (default 120 s) and a stream past its
+cap (default 300 s) fail without retry. A `pause_turn` answer is sent back for the model to go
+on; a tool call whose input was cut off (max_tokens) is answered as not run, never run with a
+guessed input. An adapter implements `_stream_once`:
 send one request, feed every stream event to the builder, and raise `StreamFailure` with the
 error type and whether a retry may help. Both adapters (`anthropic_engine`, `lean_engine`) are
 held to the same conformance tests.
@@ -13,7 +16,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+import email.utils
+import time
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +45,16 @@ from .seam import (
 )
 
 INTERRUPTED = "This call was interrupted: the turn was aborted while it ran."
+CUT_OFF = (
+    "This call did not run: the answer stopped ({stop_reason}) before the call's input was "
+    "complete. Call it again with the whole input."
+)
 RETRYABLE_STATUS = frozenset({408, 409, 429})
+# A spent budget is refused again on every try, whatever the headers say.
+NEVER_RETRIED = frozenset({"budget_exceeded_error"})
+# The longest wait a `retry-after` gets (a longer ask waits this long, then tries again): half
+# the stream's silence limit (120 s), so a refusal never idles a turn longer than a silent model.
+RETRY_AFTER_CAP_SECONDS = 60.0
 
 
 @dataclass(frozen=True)
@@ -56,11 +70,15 @@ class EngineSettings:
 class StreamFailure(Exception):
     """One provider call failed; `kind` is the settlement's error type."""
 
-    def __init__(self, kind: str, message: str, *, retryable: bool) -> None:
+    def __init__(
+        self, kind: str, message: str, *, retryable: bool, retry_after: float | None = None
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.retryable = retryable
+        self.retry_after = retry_after  # seconds the server asked for before another try
+        self.builder: MessageBuilder | None = None  # what the failed attempt had streamed
 
 
 class _Cut(Exception):
@@ -71,14 +89,52 @@ class _Cut(Exception):
         self.builder = builder
 
 
-def retryable_status(status: int, should_retry: str | None) -> bool:
+def retryable_status(status: int, should_retry: str | None, kind: str = "") -> bool:
     """The server's `x-should-retry` decides when it says (the custodian says `false` for a
     spent budget or a refused model: a retry would only be refused again); else the status.
-    Status 200 is an `error` event inside a stream that had begun."""
+    Status 200 is an `error` event inside a stream that had begun. A budget refusal is never
+    retried."""
+    if kind in NEVER_RETRIED:
+        return False
     said = (should_retry or "").strip().lower()
     if said in ("true", "false"):
         return said == "true"
     return status in RETRYABLE_STATUS or status >= 500 or status == 200
+
+
+def retry_after(headers: Mapping[str, str]) -> float | None:
+    """The wait a refusal asks for: `retry-after-ms` (milliseconds), else `retry-after`
+    (seconds, or an HTTP date); None when neither says a usable one."""
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = (headers.get(name) or "").strip()
+        if not value:
+            continue
+        try:
+            seconds = float(value) * scale
+        except ValueError:
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
+                continue
+            seconds = when.timestamp() - time.time()
+        if seconds == seconds and seconds >= 0:  # not NaN
+            return seconds
+    return None
+
+
+def check_finished(builder: MessageBuilder) -> None:
+    """A stream that ended without an error event: it failed if an event was not JSON, or if
+    it stopped before message_stop."""
+    if builder.undecodable:
+        raise StreamFailure(
+            "model_error",
+            f"the model stream sent an event that is not JSON: {builder.undecodable[0][:200]!r}",
+            retryable=True,
+        )
+    if not builder.finished:
+        raise StreamFailure(
+            "stream_truncated", "the model stream ended before message_stop", retryable=True
+        )
 
 
 @contextlib.asynccontextmanager
@@ -189,15 +245,18 @@ class StreamingEngine:
                 calls = _calls(partial)
                 return EngineOutcome("aborted", unanswered=calls, steps=step)
             except StreamFailure as failure:
-                return EngineOutcome(
-                    "failed", EngineError(failure.kind, failure.message), steps=step
-                )
+                left = await _record_failed(failure, listener)
+                error = EngineError(failure.kind, failure.message)
+                return EngineOutcome("failed", error, unanswered=left, steps=step)
             message = builder.message()
             messages.append(message)
             await listener(MessageEnd(message, builder.stop_reason, builder.final_usage()))
             calls = _calls(message)
+            if not calls and builder.stop_reason == "pause_turn":
+                continue  # the next request sends the paused answer back for the model to go on
             if not calls:
                 return EngineOutcome("completed", steps=step)
+            cut_off = builder.cut_calls()
             results: list[dict[str, Any]] = []
             unanswered: list[ToolCall] = []
             for index, call in enumerate(calls):
@@ -206,7 +265,10 @@ class StreamingEngine:
                 if self._aborted.is_set():
                     unanswered = calls[index:]
                     break
-                result = await self._one_call(call, tools, hooks)
+                if call.id in cut_off:
+                    result = ToolResult(CUT_OFF.format(stop_reason=builder.stop_reason), True)
+                else:
+                    result = await self._one_call(call, tools, hooks)
                 results.append(tool_result_block(call.id, result.content, result.is_error))
                 await listener(ToolEnd(call, result))
             messages.append(tool_results_message(results))
@@ -259,6 +321,7 @@ class StreamingEngine:
             if self._aborted.is_set():
                 raise _Cut(MessageBuilder())
             builder = MessageBuilder()
+            asked: float | None = None
             task = asyncio.ensure_future(self._stream_once(params, builder))
             self._inflight = task
             try:
@@ -269,16 +332,33 @@ class StreamingEngine:
                     raise _Cut(builder) from None
                 raise
             except StreamFailure as failure:
+                failure.builder = builder
                 if not failure.retryable or builder.forwarded or attempt >= self.settings.retries:
                     raise
+                asked = failure.retry_after
             finally:
                 self._inflight = None
             attempt += 1
             delay = self.settings.backoff_seconds * (2 ** (attempt - 1))
+            if asked is not None:
+                delay = min(asked, RETRY_AFTER_CAP_SECONDS)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._aborted.wait(), delay)
             if self._aborted.is_set():
                 raise _Cut(MessageBuilder())
+
+
+async def _record_failed(failure: StreamFailure, listener: Listener) -> list[ToolCall]:
+    """A failed stream's partial answer and usage go to the record as an aborted one's do (the
+    tokens were spent, the text was seen); its whole tool calls are left unanswered."""
+    builder = failure.builder
+    if builder is None:
+        return []
+    partial = builder.partial_message()
+    usage = builder.final_usage()
+    if partial["content"] or usage is not None:
+        await listener(MessageEnd(partial, "error", usage))
+    return _calls(partial)
 
 
 def _calls(message: dict[str, Any]) -> list[ToolCall]:

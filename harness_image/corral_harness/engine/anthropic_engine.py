@@ -10,20 +10,74 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
 
 import anthropic
 import httpx2  # the SDK's own HTTP client (a fork of httpx it depends on)
 from anthropic.types import RawMessageStreamEvent
 
 from ._accumulate import MessageBuilder
-from ._loop import INTERRUPTED, EngineSettings, StreamFailure, StreamingEngine, retryable_status
+from ._loop import (
+    INTERRUPTED,
+    EngineSettings,
+    StreamFailure,
+    StreamingEngine,
+    check_finished,
+    retry_after,
+    retryable_status,
+)
 from ._loop import stream_clock as _stream_clock
 
 __all__ = ["INTERRUPTED", "AnthropicEngine", "EngineSettings"]
 
 # The stream's event union; a typing special form, so mypy sees it as Any.
 _EVENT: Any = RawMessageStreamEvent
+
+_T = TypeVar("_T")
+
+
+class _Undecodable:
+    """An event whose data is not JSON, handed to the builder as data."""
+
+    def __init__(self, data: str) -> None:
+        self.data = data
+
+
+class _TolerantStream(anthropic.AsyncStream[_T]):
+    """The SDK's stream, except that an event that is not JSON (a line cut by a dropped
+    connection) comes out as `_Undecodable` instead of raising: an `error` event after it
+    still names the failure, as in the lean adapter. Errors, pings and the SDK's own decoding
+    of every other event are the SDK's."""
+
+    async def __stream__(self) -> AsyncIterator[_T]:
+        response = self.response
+        try:
+            async for sse in self._iter_events():
+                if sse.event in (None, "ping"):
+                    continue
+                if sse.event == "error":
+                    try:
+                        body: Any = sse.json()
+                        message = f"{body}"
+                    except ValueError:
+                        body = message = sse.data
+                    raise self._client._make_status_error(message, body=body, response=response)
+                if not sse.data:
+                    continue
+                try:
+                    data = sse.json()
+                except ValueError:
+                    data = None
+                if not isinstance(data, dict):
+                    yield _Undecodable(sse.data)  # type: ignore[misc]
+                    continue
+                yield self._client._process_response_data(
+                    data=data, cast_to=self._cast_to, response=response
+                )
+        finally:
+            await response.aclose()
+
 
 # One client (one connection pool) per event loop and endpoint, reused across submissions.
 _clients: dict[tuple[int, str | None, str], anthropic.AsyncAnthropic] = {}
@@ -58,22 +112,26 @@ class AnthropicEngine(StreamingEngine):
                     body=params,
                     cast_to=_EVENT,
                     stream=True,
-                    stream_cls=anthropic.AsyncStream[_EVENT],
+                    stream_cls=_TolerantStream[_EVENT],
                     options={"headers": self.headers},
                 )
                 try:
                     async for event in stream:
                         tick()
-                        builder.on_event(event)
+                        if isinstance(event, _Undecodable):
+                            builder.on_undecodable(event.data)  # `check_finished` fails it
+                        else:
+                            builder.on_event(event)
                 finally:
                     with contextlib.suppress(Exception):
                         await stream.close()
         except anthropic.APIStatusError as exc:
-            status = exc.status_code
+            status, headers, kind = exc.status_code, exc.response.headers, _error_type(exc)
             raise StreamFailure(
-                _error_type(exc),
+                kind,
                 f"model error {status}: {_error_message(exc)}",
-                retryable=retryable_status(status, exc.response.headers.get("x-should-retry")),
+                retryable=retryable_status(status, headers.get("x-should-retry"), kind),
+                retry_after=retry_after(headers) if status != 200 else None,
             ) from None
         except (anthropic.APIConnectionError, httpx2.TransportError) as exc:
             # The SDK wraps a failure to connect; a connection broken mid-stream comes through
@@ -81,10 +139,11 @@ class AnthropicEngine(StreamingEngine):
             raise StreamFailure(
                 "connection_error", f"model connection failed: {exc!r}", retryable=True
             ) from None
-        if not builder.finished:
+        except ValueError as exc:  # anything else the SDK could not decode: data, not a crash
             raise StreamFailure(
-                "stream_truncated", "the model stream ended before message_stop", retryable=True
-            )
+                "model_error", f"the model stream could not be decoded: {exc}", retryable=True
+            ) from None
+        check_finished(builder)
 
 
 def _error_type(exc: anthropic.APIStatusError) -> str:

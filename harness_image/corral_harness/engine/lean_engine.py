@@ -12,8 +12,9 @@ exactly what the harness uses of the API: one streaming `POST /v1/messages` per 
 Errors as the SDK adapter names them: an HTTP error answers with the body's `error.type`
 (else `model_error`), retried on 408/409/429/5xx unless `x-should-retry` says otherwise; an
 `error` event inside the stream likewise; a broken connection is `connection_error` (retried);
-a stream without `message_stop` is `stream_truncated` (retried); every retry only while nothing
-has been forwarded.
+a stream without `message_stop` is `stream_truncated` (retried); an event that is not JSON is
+kept as data, and fails the stream as `model_error` only if no `error` event follows it; every
+retry only while nothing has been forwarded, after the server's `retry-after` when it says one.
 """
 
 from __future__ import annotations
@@ -32,7 +33,15 @@ from corral_common.sse import EventStreamParser, EventTooLarge
 
 from ..http1 import Http1Client, TransportError
 from ._accumulate import MessageBuilder
-from ._loop import EngineSettings, StreamFailure, StreamingEngine, retryable_status, stream_clock
+from ._loop import (
+    EngineSettings,
+    StreamFailure,
+    StreamingEngine,
+    check_finished,
+    retry_after,
+    retryable_status,
+    stream_clock,
+)
 
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 # The API version the reference adapter's SDK (anthropic 2.14) sends; the conformance test
@@ -144,7 +153,7 @@ class LeanEngine(StreamingEngine):
             raise StreamFailure(
                 "connection_error", f"model connection failed: {exc!r}", retryable=True
             ) from None
-        _check_finished(builder)
+        check_finished(builder)
 
     async def _stream_direct(
         self, direct: tuple[Http1Client, str], body: bytes, builder: MessageBuilder
@@ -165,7 +174,7 @@ class LeanEngine(StreamingEngine):
             raise StreamFailure(
                 "connection_error", f"model connection failed: {exc}", retryable=True
             ) from None
-        _check_finished(builder)
+        check_finished(builder)
 
 
 _HEADERS = {
@@ -197,24 +206,18 @@ async def _read_stream(
                 tick()
                 if sse.event == "error":
                     raise _status_failure(200, headers, sse.data.encode())
-                builder.on_event(json.loads(sse.data))
-    except json.JSONDecodeError as exc:
-        raise StreamFailure(
-            "model_error",
-            f"the model stream sent an event that is not JSON: {exc}",
-            retryable=True,
-        ) from None
+                try:
+                    event = json.loads(sse.data)
+                except ValueError:
+                    event = None
+                if isinstance(event, dict):
+                    builder.on_event(event)
+                else:
+                    builder.on_undecodable(sse.data)  # `check_finished` fails the stream
     except EventTooLarge as exc:
         raise StreamFailure("model_error", f"the model stream: {exc}", retryable=True) from None
     # An event cut off before its blank line is dropped: the stream then lacks message_stop.
     parser.close()
-
-
-def _check_finished(builder: MessageBuilder) -> None:
-    if not builder.finished:
-        raise StreamFailure(
-            "stream_truncated", "the model stream ended before message_stop", retryable=True
-        )
 
 
 def _status_failure(status: int, headers: Mapping[str, str], raw: bytes) -> StreamFailure:
@@ -233,5 +236,6 @@ def _status_failure(status: int, headers: Mapping[str, str], raw: bytes) -> Stre
     return StreamFailure(
         kind,
         f"model error {status}: {message}",
-        retryable=retryable_status(status, headers.get("x-should-retry")),
+        retryable=retryable_status(status, headers.get("x-should-retry"), kind),
+        retry_after=retry_after(headers) if status != 200 else None,
     )

@@ -20,7 +20,10 @@ Rules every engine keeps (they are part of the seam, not of one adapter):
 - `before_tool_call` is asked only about a call of a tool the run has, with valid arguments;
   other calls get the engine's own error result.
 - After an abort, calls that did not start get no result from the engine; the outcome lists
-  them (`unanswered`) and the turn writes the "did not run" answer for each.
+  them (`unanswered`) and the turn writes the "did not run" answer for each. A failed stream's
+  whole calls are listed the same way, after a `message_end` of what it had streamed.
+- A call whose input was cut off (the answer stopped before its block did, or its JSON is not
+  an object) never runs: it gets the engine's error result, and its streamed input is kept.
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ class Usage:
 @dataclass(frozen=True)
 class MessageEnd:
     message: dict[str, Any]  # {role: assistant, content: [...]}
-    stop_reason: str
+    stop_reason: str  # the provider's; "aborted" or "error" for what a cut or failed stream kept
     usage: Usage | None  # None when the stream was cut before the provider reported usage
     type: Literal["message_end"] = "message_end"
 

@@ -230,7 +230,8 @@ async def test_the_servers_should_retry_header_decides_a_retry(
     adapter: type[StreamingEngine], tmp_path: Path, should_retry: str, attempts: int
 ) -> None:
     """A 429 is retried, unless the server says `x-should-retry: false` (as the custodian does
-    for a spent budget: another try would only be refused again)."""
+    for a spent budget: another try would only be refused again). A budget refusal itself is
+    never retried, whatever the header (test_engine_streams.py)."""
     import http.server
     import json
     import threading
@@ -242,7 +243,7 @@ async def test_the_servers_should_retry_header_decides_a_retry(
             self.rfile.read(int(self.headers["content-length"]))
             seen.append(self.path)
             body = json.dumps(
-                {"type": "error", "error": {"type": "budget_exceeded_error", "message": "spent"}}
+                {"type": "error", "error": {"type": "rate_limit_error", "message": "spent"}}
             ).encode()
             self.send_response(429)
             self.send_header("content-type", "application/json")

@@ -165,3 +165,25 @@ async def test_every_request_of_a_turn_is_the_transcript_as_it_stood(
     assert len(policy.given) == 2
     for derived, recorded in policy.given:
         assert derived == recorded
+
+
+async def test_a_failed_stream_keeps_its_partial_text_and_usage_in_the_record(
+    tmp_path: Path, scripted: ScriptedServer
+) -> None:
+    """The error event comes after the text: the answer fails, and what it had streamed is in
+    the transcript, the message events, the settlement's usage and the ledger."""
+    fault = {"error_event": True, "after_blocks": 1, "type": "overloaded_error"}
+    usage = {"input_tokens": 100, "output_tokens": 9}
+    reply = {"text": "half an answer", "usage": usage, "fault": fault}
+    scripted.load({"conversations": {"failing": [reply]}})
+    conv = _conversation(tmp_path, "failing")
+    await Turn(_deps(tmp_path, DefaultPolicy(), scripted))(conv, _submission("go"))
+
+    partial = {"role": "assistant", "content": [{"type": "text", "text": "half an answer"}]}
+    assert conv.transcript[-1] == partial
+    [message] = [e for e in conv.events if e["type"] == "message"]
+    assert message["stopReason"] == "error" and message["usage"]["input"] == 100
+    settled = conv.events[-1]
+    assert settled["status"] == "failed" and settled["error"]["type"] == "overloaded_error"
+    assert settled["usage"]["input"] == 100
+    assert settled["receipt"]["tokensByLayer"]["reactive"] > 100
