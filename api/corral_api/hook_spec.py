@@ -72,8 +72,8 @@ class HttpHook(ApiModel):
     url: str = Field(
         max_length=2048,
         pattern=HOOK_URL,
-        description="http(s) URL the custodian POSTs the event to; its host must be in "
-        "sandbox.egress. Redirects are not followed.",
+        description="http(s) URL the custodian POSTs the event to; behind the egress gateway "
+        "the operator allows its host to the custodian alone. Redirects are not followed.",
     )
     headers: list[HookHeader] = Field(
         default_factory=list, max_length=16, description="Headers the custodian adds."

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, WithJsonSchema, field_validator
+from pydantic import Field, WithJsonSchema, field_validator, model_validator
 
 from ._base import (
     AGE,
@@ -219,13 +219,60 @@ class SandboxResources(ApiModel):
     limits: ResourceList | None = Field(default=None, description="Resource limits.")
 
 
-class EgressRule(ApiModel):
-    """One destination the sandbox may reach."""
+# A host rule's name: a DNS name (letters, digits, hyphens; IDNs in punycode) or an IPv4
+# literal, optionally `*.` + a suffix; one trailing dot and upper case are allowed (the gateway
+# compares names lower-cased, without the dot, in punycode).
+EGRESS_HOST = (
+    r"^(\*\.)?([A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?\.)*"
+    r"[A-Za-z0-9]([-A-Za-z0-9]{0,61}[A-Za-z0-9])?\.?$"
+)
+EgressMethod = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
 
-    cidr: str = Field(description="Destination CIDR, e.g. 10.0.0.0/8.", max_length=64)
-    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
-        default_factory=list, max_length=64, description="TCP ports; empty means all ports."
+
+class EgressRule(ApiModel):
+    """One destination the sandbox may reach through the egress gateway (docs/egress.md):
+    a host by name (exact, or `*.` + suffix) or a CIDR, on some ports, for some methods."""
+
+    host: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=EGRESS_HOST,
+        description="Host name, exact (pypi.org) or a wildcard under a suffix (*.pypi.org: "
+        "a.pypi.org, not pypi.org). Exactly one of host and cidr.",
     )
+    cidr: str | None = Field(
+        default=None,
+        max_length=64,
+        description="Destination CIDR, e.g. 203.0.113.0/24. Exactly one of host and cidr.",
+    )
+    ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="TCP ports; empty means 443 for a host rule and every port for a cidr.",
+    )
+    methods: list[EgressMethod] = Field(
+        default_factory=list,
+        max_length=7,
+        description="HTTP methods of plain (http://) requests; needs host. Empty: any method "
+        "and TLS (CONNECT), whose method the gateway cannot see.",
+    )
+
+    model_config = with_rules(
+        cel("has(self.host) != has(self.cidr)", "exactly one of host and cidr must be set"),
+        cel(
+            "!has(self.methods) || size(self.methods) == 0 || has(self.host)",
+            "methods needs host: a cidr rule cannot name HTTP methods",
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _one_destination(self) -> EgressRule:
+        # The API server's CEL rules above, for a spec read from a file (corral run).
+        if (self.host is None) == (self.cidr is None):
+            raise ValueError("exactly one of host and cidr must be set")
+        if self.methods and self.host is None:
+            raise ValueError("methods needs host: a cidr rule cannot name HTTP methods")
+        return self
 
 
 class WarmPool(ApiModel):

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any
 
 import kopf
 
+from corral_api.kinds import EGRESS_HOST
 from corral_common import logs
 
 from . import handlers
@@ -27,7 +30,7 @@ from .kube import Kube
 from .metrics import parse_address
 from .runtime import Runtime
 from .session.wiretoken import read_wire_token
-from .settings import EgressTarget, OperatorSettings
+from .settings import EgressGateway, EgressTarget, OperatorSettings
 
 _SETTINGS = OperatorSettings()
 _KUBECONFIG: str | None = None
@@ -36,15 +39,52 @@ _METRICS_ADDR = ""
 
 
 def _egress(text: str) -> EgressTarget:
-    """CIDR[:PORT[,PORT...]] -> EgressTarget."""
-    cidr, _, ports = text.partition(":") if text.count(":") <= 1 else (text, "", "")
+    """CIDR[:PORT[,PORT...]] or HOST[:PORT[,PORT...]] -> EgressTarget (a host is reached
+    through the egress gateway only)."""
+    where, _, ports = text.partition(":") if text.count(":") <= 1 else (text, "", "")
     try:
         numbers = tuple(int(p) for p in ports.split(",") if p)
     except ValueError:
         raise argparse.ArgumentTypeError(f"bad port list in {text!r}") from None
-    if "/" not in cidr:
-        raise argparse.ArgumentTypeError(f"{cidr!r} is not a CIDR (e.g. 10.0.0.1/32)")
-    return EgressTarget(cidr, numbers)
+    if "/" in where:
+        try:
+            ipaddress.ip_network(where, strict=False)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{where!r} is not a CIDR (e.g. 10.0.0.1/32)"
+            ) from None
+        return EgressTarget(cidr=where, ports=numbers)
+    if not re.fullmatch(EGRESS_HOST, where):
+        raise argparse.ArgumentTypeError(
+            f"{where!r} is neither a CIDR (e.g. 10.0.0.1/32) nor a host name (e.g. api.example.com)"
+        )
+    return EgressTarget(host=where, ports=numbers)
+
+
+def _gateway(text: str) -> tuple[str, int]:
+    """ADDRESS:PORT of the egress gateway's Service (an address: sandboxes have no DNS)."""
+    address, _, port = text.rpartition(":")
+    try:
+        ipaddress.ip_address(address.strip("[]"))
+        return address.strip("[]"), int(port)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not ADDRESS:PORT (the gateway Service's clusterIP and proxy port)"
+        ) from None
+
+
+def _gateway_settings(args: argparse.Namespace) -> EgressGateway | None:
+    if args.egress_gateway is None:
+        return None
+    address, port = args.egress_gateway
+    return EgressGateway(
+        address=address,
+        port=port,
+        namespace=args.egress_gateway_namespace or args.operator_namespace,
+        pod_labels=dict(args.egress_gateway_pod_label)
+        or {"app.kubernetes.io/name": "corral-egress-gateway"},
+        admin_port=args.egress_gateway_admin_port,
+    )
 
 
 def _label(text: str) -> tuple[str, str]:
@@ -144,8 +184,30 @@ def _add_sandbox_args(parser: argparse.ArgumentParser, d: OperatorSettings) -> N
 
 
 def _add_egress_args(parser: argparse.ArgumentParser, d: OperatorSettings) -> None:
-    """Where a sandbox may connect: the platform's endpoints and the cluster's DNS."""
+    """Where a sandbox may connect: the egress gateway, the platform's endpoints, and (without
+    a gateway) the cluster's DNS."""
     parser.add_argument("--platform-egress", action="append", type=_egress, default=[])
+    parser.add_argument(
+        "--egress-gateway",
+        type=_gateway,
+        default=None,
+        help="ADDRESS:PORT of the egress gateway's Service: the one way out of a sandbox "
+        "(docs/egress.md); unset, the NetworkPolicy allows CIDR rules alone",
+    )
+    parser.add_argument(
+        "--egress-gateway-namespace",
+        default=None,
+        help="namespace of the gateway's pods (default: the operator's)",
+    )
+    parser.add_argument(
+        "--egress-gateway-pod-label",
+        action="append",
+        type=_label,
+        default=[],
+        help="KEY=VALUE label of the gateway's pods (repeatable; default "
+        "app.kubernetes.io/name=corral-egress-gateway)",
+    )
+    parser.add_argument("--egress-gateway-admin-port", type=int, default=9091)
     parser.add_argument("--no-dns-egress", action="store_true")
     parser.add_argument(
         "--dns-namespace", default=d.dns_namespace, help="namespace of the cluster's DNS pods"
@@ -340,6 +402,7 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         otlp_endpoint=args.otlp_endpoint or None,
         memory_dsn=args.memory_dsn_file,
         platform_egress=tuple(args.platform_egress),
+        egress_gateway=_gateway_settings(args),
         allow_dns=not args.no_dns_egress,
         dns_namespace=args.dns_namespace,
         dns_pod_labels=dict(args.dns_pod_label) or OperatorSettings().dns_pod_labels,

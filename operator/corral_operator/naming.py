@@ -19,6 +19,10 @@ MANAGED_BY = "corral-operator"
 LABEL_POOL = "corral.dev/pool"
 COMPONENT_POOL = "pool"
 ANNOTATION_DIGEST = "corral.dev/agent-digest"
+# The egress gateway serves the pods with this label, bound by this annotation (docs/egress.md).
+LABEL_EGRESS = "corral.dev/egress"
+EGRESS_VIA_GATEWAY = "gateway"
+ANNOTATION_EGRESS_BINDING = "corral.dev/egress-binding"
 # The Evidence check pod's container that runs the check (its termination says the verdict).
 CHECK_CONTAINER = "check"
 

@@ -10,10 +10,32 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class EgressTarget:
-    """A destination the whole sandbox pod may reach besides the Agent's allowlist."""
+    """A destination of the platform's that the custodian (never the agent) may reach through
+    the egress gateway, besides those the operator derives itself (docs/egress.md): a host by
+    name or a CIDR. Platform destinations may be private addresses (the operator's settings
+    are trusted; the agent's rules are not)."""
 
-    cidr: str
+    cidr: str | None = None
     ports: tuple[int, ...] = ()
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class EgressGateway:
+    """Where sandbox pods reach the egress gateway (docs/egress.md), as the operator read it
+    from the gateway's Service at start: its address (sandboxes have no DNS), its pods'
+    namespace and labels (the only peer a sandbox's NetworkPolicy allows), its admin port
+    (each replica's decision records)."""
+
+    address: str  # the Service's clusterIP
+    port: int  # the Service's `proxy` port, as the pods' containers listen on it
+    namespace: str
+    pod_labels: dict[str, str]
+    admin_port: int = 9091
+
+    @property
+    def proxy_url(self) -> str:
+        return f"http://{self.address}:{self.port}"
 
 
 @dataclass(frozen=True)
@@ -92,9 +114,15 @@ class OperatorSettings:
     # Secret at start and copied into each Session's own Secret for its custodian. None: the
     # custodians have no store and Agents' memory stays empty (recall is fail-open).
     memory_dsn: str | None = field(default=None, repr=False)
-    # Egress every sandbox needs (the API server and the model endpoint, for the custodian).
+    # The custodian's destinations beyond the model upstream, the API server, the Session's
+    # git host and the Agent's hooks (which the operator allows by itself).
     platform_egress: tuple[EgressTarget, ...] = ()
-    # DNS egress, when allowed, goes only to the cluster's DNS pods.
+    # The egress gateway: the one way out of a sandbox pod (docs/egress.md). None (a local
+    # control plane's tests, whose sandboxes are processes): the NetworkPolicy allows the
+    # CIDR rules alone and host rules reach nothing.
+    egress_gateway: EgressGateway | None = None
+    # Without a gateway, DNS egress (when allowed) goes only to the cluster's DNS pods; with
+    # one, a sandbox has no DNS at all (the gateway resolves names).
     allow_dns: bool = True
     dns_namespace: str = "kube-system"
     dns_pod_labels: dict[str, str] = field(default_factory=lambda: {"k8s-app": "kube-dns"})

@@ -23,6 +23,14 @@ AGENT: dict[str, Any] = {
         "model": "claude-sonnet-4-5",
         "tools": {"allow": ["read", "bash"], "deny": ["write"]},
         "limits": {"maxTurns": 10},
+        "sandbox": {
+            "egress": [
+                {"host": "pypi.org"},
+                {"host": "*.pythonhosted.org", "ports": [443]},
+                {"host": "docs.example.com", "ports": [80], "methods": ["GET", "HEAD"]},
+                {"cidr": "203.0.113.0/24", "ports": [5432]},
+            ]
+        },
     },
 }
 SESSION: dict[str, Any] = {
@@ -139,6 +147,31 @@ INVALID: list[tuple[str, dict[str, Any], list[str]]] = [
         "agent-egress-port",
         _with(AGENT, "spec.sandbox", {"egress": [{"cidr": "10.0.0.0/8", "ports": [70000]}]}),
         ["spec.sandbox.egress[0].ports[0]", "less than or equal to 65535"],
+    ),
+    (
+        "agent-egress-host-and-cidr",
+        _with(AGENT, "spec.sandbox", {"egress": [{"host": "pypi.org", "cidr": "10.0.0.0/8"}]}),
+        ["spec.sandbox.egress[0]", "exactly one of host and cidr must be set"],
+    ),
+    (
+        "agent-egress-neither",
+        _with(AGENT, "spec.sandbox", {"egress": [{"ports": [443]}]}),
+        ["spec.sandbox.egress[0]", "exactly one of host and cidr must be set"],
+    ),
+    (
+        "agent-egress-methods-on-cidr",
+        _with(AGENT, "spec.sandbox", {"egress": [{"cidr": "10.0.0.0/8", "methods": ["GET"]}]}),
+        ["spec.sandbox.egress[0]", "methods needs host"],
+    ),
+    (
+        "agent-egress-bad-host",
+        _with(AGENT, "spec.sandbox", {"egress": [{"host": "pypi.org/simple"}]}),
+        ["spec.sandbox.egress[0].host", "should match"],
+    ),
+    (
+        "agent-egress-bad-method",
+        _with(AGENT, "spec.sandbox", {"egress": [{"host": "pypi.org", "methods": ["TRACE"]}]}),
+        ["spec.sandbox.egress[0].methods[0]", "Unsupported value"],
     ),
     ("session-missing-task", _with(SESSION, "spec.task", ...), ["spec.task", "Required"]),
     (

@@ -102,13 +102,18 @@ def checkout_container(
     args: list[str],
     mounts: list[dict[str, Any]],
     security: dict[str, Any],
+    extra_env: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     return {
         "name": "checkout",
         "image": settings.image,
         "command": ["sh"],
         "args": args,
-        "env": [env("HOME", "/tmp"), *(env(k, v) for k, v in CHECKOUT_GIT_ENV)],
+        "env": [
+            env("HOME", "/tmp"),
+            *(env(k, v) for k, v in CHECKOUT_GIT_ENV),
+            *(extra_env or []),
+        ],
         "volumeMounts": mounts,
         "resources": settings.resources.checkout.wire(),
         "securityContext": dict(security),
@@ -180,6 +185,7 @@ def tools_container(
     granted_root: str,
     resources: dict[str, dict[str, str]],
     security: dict[str, Any],
+    extra_env: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     return {
         "name": "tools",
@@ -193,6 +199,8 @@ def tools_container(
             env("GIT_CONFIG_COUNT", "1"),
             env("GIT_CONFIG_KEY_0", "safe.directory"),
             env("GIT_CONFIG_VALUE_0", "*"),
+            # The egress gateway's address, without any credential (docs/egress.md).
+            *(extra_env or []),
         ],
         "workingDir": granted_root,
         "volumeMounts": [

@@ -21,6 +21,11 @@ HOOK_SECRET_DIR = "/var/run/corral/hooks"  # credentials.hookSecretRef: http hoo
 MEMORY_DIR = "/var/run/corral/memory"  # the memory store's DSN, for the custodian alone
 MEMORY_DSN_KEY = "memory-dsn"
 KUBE_TOKEN_DIR = "/var/run/corral/kube"
+# The custodian's proxy credential for the egress gateway: one key of the Session's Secret,
+# mounted in the custodian alone; the checkout reads it from a variable (docs/egress.md).
+EGRESS_DIR = "/var/run/corral/egress"
+EGRESS_CREDENTIAL_KEY = "egress"
+EGRESS_CREDENTIAL_ENV = "CORRAL_EGRESS_CREDENTIAL"
 EXEC_BIN_DIR = "/opt/corral-exec"
 EXEC_BINARY = f"{EXEC_BIN_DIR}/corral-exec"
 EXEC_SOCKET_DIR = "/var/run/corral/exec"

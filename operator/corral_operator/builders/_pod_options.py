@@ -13,6 +13,9 @@ from corral_common.logs import LOG_FORMAT_ENV
 
 from ..settings import OperatorSettings
 from ._pod_layout import (
+    EGRESS_CREDENTIAL_ENV,
+    EGRESS_CREDENTIAL_KEY,
+    EGRESS_DIR,
     GIT_CREDENTIALS_DIR,
     HOOK_SECRET_DIR,
     MEMORY_DIR,
@@ -23,6 +26,7 @@ from ._pod_layout import (
     env,
     mount,
 )
+from .egress import GIT_PROXY_COMMAND, proxy_env, proxy_url
 
 
 @dataclass
@@ -37,6 +41,8 @@ class PodAdditions:
     custodian_mounts: list[dict[str, Any]] = field(default_factory=list)
     checkout_mounts: list[dict[str, Any]] = field(default_factory=list)
     checkout_args: list[str] = field(default_factory=list)
+    checkout_env: list[dict[str, Any]] = field(default_factory=list)
+    tools_env: list[dict[str, Any]] = field(default_factory=list)
 
 
 def pod_additions(
@@ -65,7 +71,40 @@ def pod_additions(
         ]
     if settings.model_catalog_configmap:
         _add_model_catalog(added, settings.model_catalog_configmap)
+    if settings.egress_gateway is not None:
+        _add_egress(added, settings, wire_secret)
     return added
+
+
+def _add_egress(added: PodAdditions, settings: OperatorSettings, wire_secret: str) -> None:
+    # The egress gateway (docs/egress.md): the tools' clients find it in the usual proxy
+    # variables, without a credential (the agent's identity); the custodian's credential is
+    # one item of the Session's Secret, in the custodian alone, and the checkout (which runs
+    # before the agent's container starts) gets it as a variable for its clone.
+    added.tools_env += proxy_env(proxy_url(settings))
+    added.volumes.append(
+        {
+            "name": "egress",
+            "secret": {
+                "secretName": wire_secret,
+                "defaultMode": 0o440,
+                "items": [{"key": EGRESS_CREDENTIAL_KEY, "path": "credential"}],
+            },
+        }
+    )
+    added.custodian_mounts.append(mount("egress", EGRESS_DIR, read_only=True))
+    added.custodian_env += [
+        env("CORRAL_EGRESS_PROXY", str(proxy_url(settings))),
+        env("CORRAL_EGRESS_CREDENTIAL_FILE", f"{EGRESS_DIR}/credential"),
+    ]
+    added.checkout_env += [
+        {
+            "name": EGRESS_CREDENTIAL_ENV,
+            "valueFrom": {"secretKeyRef": {"name": wire_secret, "key": EGRESS_CREDENTIAL_KEY}},
+        },
+        *proxy_env(proxy_url(settings, EGRESS_CREDENTIAL_ENV)),
+        env("GIT_PROXY_COMMAND", GIT_PROXY_COMMAND),
+    ]
 
 
 def _add_model_key(added: PodAdditions, ref: SecretKeyRef) -> None:

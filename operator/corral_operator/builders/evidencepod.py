@@ -21,10 +21,9 @@ from .. import naming
 from ..naming import CHECK_CONTAINER as CHECK_CONTAINER
 from ..sandboxspec import SandboxSpecError, is_relative_repo, resolve_repo
 from ..settings import ContainerResources, EgressTarget, OperatorSettings
+from . import egress as gateway
 from .podbuilder import (
     CHECKOUT_SCRIPT,
-    dns_egress_rule,
-    egress_rule,
     owner_reference,
     restricted_security_context,
 )
@@ -125,14 +124,19 @@ def build_evidence_pod(
         {"name": "GIT_CONFIG_COUNT", "value": "1"},
         {"name": "GIT_CONFIG_KEY_0", "value": "safe.directory"},
         {"name": "GIT_CONFIG_VALUE_0", "value": _WORKSPACE},
+        # The egress gateway, with no credential: the check and its checkout are one identity.
+        *gateway.proxy_env(gateway.proxy_url(settings)),
     ]
+    if settings.egress_gateway is not None:
+        env.append({"name": "GIT_PROXY_COMMAND", "value": gateway.GIT_PROXY_COMMAND})
     return {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": naming.evidence_pod_name(name),
             "namespace": namespace,
-            "labels": pod_labels(name),
+            "labels": {**pod_labels(name), **gateway.egress_labels(settings)},
+            "annotations": _egress_binding(evidence, settings),
             "ownerReferences": [owner_reference("Evidence", name, uid)],
         },
         "spec": {
@@ -189,14 +193,32 @@ def build_evidence_pod(
     }
 
 
+def _egress_binding(evidence: Evidence, settings: OperatorSettings) -> dict[str, str]:
+    """The gateway's binding: the check's rules and its git host, one identity, no credential."""
+    if settings.egress_gateway is None:
+        return {}
+    _, namespace, _ = _meta(evidence)
+    repo = None if is_local_repo(evidence.spec.repo) else evidence.spec.repo
+    return gateway.binding(
+        namespace=namespace,
+        session="",  # an Evidence is no Session: its records are the gateway's alone
+        agent="",
+        credential=None,
+        agent_rules=[
+            *(gateway.rule_of(r) for r in evidence.spec.egress),
+            *gateway.checkout_rules(repo),
+        ],
+    )
+
+
 def build_evidence_network_policy(
     evidence: Evidence,
     settings: OperatorSettings,
     evidence_config: EvidenceSettings | None = None,
 ) -> dict[str, Any]:
-    """Deny by default: no ingress at all; egress only to the check's CIDRs and ports, the git
-    host for the checkout (unless the repository is a local path) and, when anything is
-    allowed, DNS to the cluster's DNS pods (the operator's DNS settings, as for sandboxes)."""
+    """Deny by default: no ingress at all; egress only to the egress gateway, which allows the
+    check's rules and the git host for the checkout (docs/egress.md). Without a gateway, the
+    check's CIDRs and the git egress alone (no DNS)."""
     cfg = evidence_config or EvidenceSettings()
     name, namespace, uid = _meta(evidence)
     targets: list[EgressTarget | EgressRule] = []
@@ -204,9 +226,8 @@ def build_evidence_network_policy(
         git = cfg.git_egress if cfg.git_egress is not None else settings.platform_egress
         targets.extend(git)
     targets.extend(evidence.spec.egress)
-    egress = [egress_rule(t) for t in targets]
-    if egress and settings.allow_dns:
-        egress.insert(0, dns_egress_rule(settings))
+    # Without a gateway, DNS only when anything at all is allowed.
+    egress = gateway.policy_egress(settings, targets, dns=bool(targets))
     selector = pod_labels(name)
     return {
         "apiVersion": "networking.k8s.io/v1",

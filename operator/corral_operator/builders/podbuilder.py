@@ -45,6 +45,7 @@ from ..sandboxspec import (
     tools_resources,
 )
 from ..settings import EgressTarget, OperatorSettings
+from . import egress
 from ._pod_containers import (
     SessionFacts,
     checkout_args,
@@ -63,6 +64,7 @@ from ._pod_containers import (
 from ._pod_layout import (
     CUSTODIAN_CREDENTIAL_KEY,
     CUSTODIAN_STATE_MOUNT,
+    EGRESS_CREDENTIAL_KEY,
     EXEC_BIN_DIR,
     EXEC_BINARY,
     EXEC_SOCKET,
@@ -93,6 +95,7 @@ __all__ = [
     "CHECKOUT_SCRIPT",
     "CUSTODIAN_CREDENTIAL_KEY",
     "CUSTODIAN_STATE_MOUNT",
+    "EGRESS_CREDENTIAL_KEY",
     "EXEC_BINARY",
     "EXEC_BIN_DIR",
     "EXEC_SOCKET",
@@ -118,8 +121,6 @@ __all__ = [
     "build_pod",
     "build_sandbox",
     "build_wire_secret",
-    "dns_egress_rule",
-    "egress_rule",
     "granted_root_problem",
     "is_relative_repo",
     "owner_reference",
@@ -205,11 +206,13 @@ def build_wire_secret(
     custodian_credential: str,
     *,
     memory_dsn: str | None = None,
+    egress_credential: str | None = None,
 ) -> dict[str, Any]:
     """The Session's own Secret: the wire token (operator <-> harness, operator <-> custodian)
     and the pod-local credential (harness -> custodian). Only harness and custodian mount it.
     With `memory_dsn` (the platform's memory database, copied from the operator's own Secret:
-    a pod can mount only its namespace's Secrets) it also holds that, for the custodian alone."""
+    a pod can mount only its namespace's Secrets) it also holds that, for the custodian alone;
+    with `egress_credential`, the custodian's proxy credential (docs/egress.md), likewise."""
     name, namespace, uid = session_meta(session)
     if len(wire_token) < MIN_SECRET_CHARS:
         raise SandboxSpecError(f"the wire token must be at least {MIN_SECRET_CHARS} characters")
@@ -233,6 +236,7 @@ def build_wire_secret(
             WIRE_TOKEN_KEY: wire_token,
             CUSTODIAN_CREDENTIAL_KEY: custodian_credential,
             **({MEMORY_DSN_KEY: memory_dsn} if memory_dsn else {}),
+            **({EGRESS_CREDENTIAL_KEY: egress_credential} if egress_credential else {}),
         },
     }
 
@@ -240,47 +244,19 @@ def build_wire_secret(
 # --------------------------------------------------------------------- the NetworkPolicy
 
 
-def egress_rule(target: EgressTarget | EgressRule) -> dict[str, Any]:
-    """A NetworkPolicy egress rule to one CIDR, on its TCP ports (every port when none)."""
-    rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": target.cidr}}]}
-    if target.ports:
-        rule["ports"] = [{"protocol": "TCP", "port": p} for p in target.ports]
-    return rule
-
-
-def dns_egress_rule(settings: OperatorSettings) -> dict[str, Any]:
-    """DNS (UDP and TCP 53) to the cluster's DNS pods only, as the operator's settings name them."""
-    return {
-        "to": [
-            {
-                "namespaceSelector": {
-                    "matchLabels": {"kubernetes.io/metadata.name": settings.dns_namespace}
-                },
-                "podSelector": {"matchLabels": dict(settings.dns_pod_labels)},
-            }
-        ],
-        "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
-    }
-
-
 def build_network_policy(
     agent: Agent, session: Session, settings: OperatorSettings
 ) -> dict[str, Any]:
     """Ingress: the wire port and the custodian's operator port, from the operator's pods only.
-    Egress: DNS to the cluster's DNS pods only, and what is allowed, no more.
-
-    A NetworkPolicy selects pods, not containers, so the platform egress (API server, model
-    endpoint) is open to the pod; the harness and the tools hold nothing those endpoints accept.
+    Egress: the egress gateway's proxy port alone, no DNS (docs/egress.md); the gateway tells
+    the custodian's requests from the agent's by a credential only the custodian holds.
     """
     name, namespace, uid = session_meta(session)
-    egress: list[dict[str, Any]] = []
-    if settings.allow_dns:
-        egress.append(dns_egress_rule(settings))
     targets: list[EgressTarget | EgressRule] = [
         *settings.platform_egress,
         *agent.spec.sandbox.egress,
     ]
-    egress.extend(egress_rule(target) for target in targets)
+    policy_egress = egress.policy_egress(settings, targets)
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -316,7 +292,7 @@ def build_network_policy(
                     ],
                 }
             ],
-            "egress": egress,
+            "egress": policy_egress,
         },
     }
 
@@ -341,10 +317,13 @@ def build_pod(
     settings: OperatorSettings,
     *,
     budget: Budget | None = None,
+    egress_credential: str | None = None,
 ) -> dict[str, Any]:
     """The sandbox pod. `budget` is the Session's effective budget (the lowest of its own, its
     Agent's and, for a child, its parent's remainder); without it, the lower of the first two.
-    SandboxSpecError when the Agent and the Session make no sandbox (`check_sandbox`)."""
+    `egress_credential` is the custodian's proxy credential, whose SHA-256 the pod's egress
+    binding carries. SandboxSpecError when the Agent and the Session make no sandbox
+    (`check_sandbox`)."""
     checked = check_sandbox(agent, session, settings, budget=budget)
     facts = _session_facts(agent, session, checked)
     wire_secret = naming.wire_secret_name(facts.name)
@@ -363,6 +342,7 @@ def build_pod(
             [*checkout_args(facts), *added.checkout_args],
             [*checkout_mounts(), *added.checkout_mounts],
             tools_security,
+            added.checkout_env,
         ),
     ]
     containers = [
@@ -377,6 +357,7 @@ def build_pod(
             facts.granted_root,
             tools_limits,
             tools_security,
+            added.tools_env,
         ),
         custodian_container(
             settings,
@@ -396,11 +377,28 @@ def build_pod(
         "metadata": {
             "name": naming.pod_name(facts.name),
             "namespace": facts.namespace,
-            "labels": sandbox_labels(session),
+            "labels": {**sandbox_labels(session), **egress.egress_labels(settings)},
+            "annotations": _egress_binding(agent, facts, settings, egress_credential),
             "ownerReferences": [owner_reference("Session", facts.name, facts.uid)],
         },
         "spec": _pod_spec(agent, settings, init_containers, containers, volumes),
     }
+
+
+def _egress_binding(
+    agent: Agent, facts: SessionFacts, settings: OperatorSettings, credential: str | None
+) -> dict[str, str]:
+    """The gateway's binding of this pod: none without a gateway."""
+    if settings.egress_gateway is None:
+        return {}
+    return egress.binding(
+        namespace=facts.namespace,
+        session=facts.name,
+        agent=facts.agent_name,
+        credential=credential,
+        agent_rules=[egress.rule_of(r) for r in agent.spec.sandbox.egress],
+        custodian=egress.custodian_rules(agent, facts.repo, settings),
+    )
 
 
 def _session_facts(agent: Agent, session: Session, checked: CheckedSandbox) -> SessionFacts:
@@ -452,12 +450,19 @@ def build_sandbox(
     custodian_credential: str,
     *,
     budget: Budget | None = None,
+    egress_credential: str | None = None,
 ) -> SandboxManifests:
     """Every manifest a Session owns. Raises SandboxSpecError on a spec that cannot work."""
-    pod = build_pod(agent, session, settings, budget=budget)
+    if settings.egress_gateway is None:
+        egress_credential = None
+    pod = build_pod(agent, session, settings, budget=budget, egress_credential=egress_credential)
     return SandboxManifests(
         secret=build_wire_secret(
-            session, wire_token, custodian_credential, memory_dsn=settings.memory_dsn
+            session,
+            wire_token,
+            custodian_credential,
+            memory_dsn=settings.memory_dsn,
+            egress_credential=egress_credential,
         ),
         network_policy=build_network_policy(agent, session, settings),
         pod=pod,

@@ -47,7 +47,7 @@ def validate_agent_spec(raw_spec: dict[str, Any]) -> tuple[AgentSpec | None, lis
     if spec.limits.max_depth != 3 and not spec.orchestrator:
         problems.append("limits.maxDepth only applies to orchestrators; set orchestrator: true")
     for rule in spec.sandbox.egress:
-        if not _is_cidr(rule.cidr):
+        if rule.cidr is not None and not _is_cidr(rule.cidr):
             problems.append(f"sandbox.egress cidr {rule.cidr!r} is not a CIDR")
     if spec.sandbox.image is not None and not spec.sandbox.image.strip():
         problems.append("sandbox.image is empty")

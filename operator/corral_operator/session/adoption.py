@@ -59,7 +59,7 @@ async def adopt_pooled_pod(
     Call only once the Session's Secret and NetworkPolicy exist: the claim relabels the pod
     into that policy before it holds anything of the Session's.
     """
-    if warm_refusal(agent, session) is not None:
+    if warm_refusal(agent, session) is not None or rt.settings.egress_gateway is not None:
         return None
     md = session.metadata
     name, namespace = str(md["name"]), str(md["namespace"])

@@ -97,7 +97,7 @@ def test_the_evidence_is_bound_to_the_revision_and_the_definition() -> None:
         "command": "make test",
         "image": "ghcr.io/x/check:1",
         "definitionDigest": digest,
-        "egress": [{"cidr": "10.0.0.0/8", "ports": [443]}],
+        "egress": [{"cidr": "10.0.0.0/8", "ports": [443], "methods": []}],
     }
     labels = ev["metadata"]["labels"]
     assert evidence_labels("unit", REV, REPO).items() <= labels.items()

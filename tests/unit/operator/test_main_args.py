@@ -35,7 +35,7 @@ def test_flags_become_settings() -> None:
     "argv",
     [
         [],  # no namespace and not --all-namespaces
-        ["-A", "--platform-egress", "10.0.0.1"],
+        ["-A", "--platform-egress", "10.0.0.1/33"],
         ["-A", "--platform-egress", "10.0.0.0/8:https"],
         ["-A", "--operator-pod-label", "novalue"],
         ["-A", "--token-expiry-seconds", "60"],

@@ -1,0 +1,249 @@
+"""A sandbox behind the egress gateway (docs/egress.md): its NetworkPolicy allows the gateway
+alone (no DNS), the pod carries the binding the gateway reads (the custodian credential's
+SHA-256, never the credential), the tools get the proxy without a credential, and the
+credential is mounted in the custodian alone."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import pytest
+
+from corral_api.kinds import EgressRule, Evidence
+from corral_operator import naming
+from corral_operator.builders import egress
+from corral_operator.builders._pod_layout import (
+    EGRESS_CREDENTIAL_ENV,
+    EGRESS_CREDENTIAL_KEY,
+    EGRESS_DIR,
+)
+from corral_operator.builders.evidencepod import build_evidence_manifests
+from corral_operator.builders.podbuilder import build_sandbox
+from corral_operator.main import parse_args, settings_from
+from corral_operator.settings import EgressGateway, EgressTarget, OperatorSettings
+from tests._objects import agent, session
+
+GATEWAY = EgressGateway(
+    address="198.19.0.40",
+    port=3128,
+    namespace="corral-system",
+    pod_labels={"app.kubernetes.io/name": "corral-egress-gateway"},
+)
+SETTINGS = OperatorSettings(
+    image="corral/sandbox:test",
+    model_upstream_url="https://api.anthropic.com",
+    kube_api_url="https://kubernetes.default.svc",
+    platform_egress=(EgressTarget(host="mirror.internal", ports=(8443,)),),
+    egress_gateway=GATEWAY,
+)
+EGRESS_CREDENTIAL = "e" * 43
+PYPI = [{"host": "pypi.org"}, {"host": "*.pythonhosted.org", "ports": [443]}]
+HOOK = {"name": "audit", "http": {"url": "https://hooks.example:8443/audit"}}
+
+
+def _manifests(**agent_spec: Any) -> Any:
+    spec: dict[str, Any] = {"sandbox": {"egress": PYPI}, **agent_spec}
+    return build_sandbox(
+        agent(**spec),
+        session(workspace={"repo": "https://git.example/team/repo.git", "ref": "main"}),
+        SETTINGS,
+        "w" * 43,
+        "c" * 43,
+        egress_credential=EGRESS_CREDENTIAL,
+    )
+
+
+def _containers(pod: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    spec = pod["spec"]
+    return {c["name"]: c for c in [*spec["initContainers"], *spec["containers"]]}
+
+
+def _env(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {e["name"]: e for e in container.get("env", [])}
+
+
+def _binding(pod: dict[str, Any]) -> dict[str, Any]:
+    return dict(json.loads(pod["metadata"]["annotations"][naming.ANNOTATION_EGRESS_BINDING]))
+
+
+def test_the_policy_allows_the_gateway_alone_and_no_dns() -> None:
+    policy = _manifests().network_policy
+    assert policy["spec"]["egress"] == [
+        {
+            "to": [
+                {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": "corral-system"}
+                    },
+                    "podSelector": {
+                        "matchLabels": {"app.kubernetes.io/name": "corral-egress-gateway"}
+                    },
+                }
+            ],
+            "ports": [{"protocol": "TCP", "port": 3128}],
+        }
+    ]
+
+
+def test_without_a_gateway_the_policy_keeps_cidr_rules_and_dns() -> None:
+    plain = OperatorSettings(platform_egress=(EgressTarget(cidr="192.0.2.1/32", ports=(443,)),))
+    manifests = build_sandbox(
+        agent(sandbox={"egress": [{"host": "pypi.org"}, {"cidr": "203.0.113.0/24"}]}),
+        session(),
+        plain,
+        "w" * 43,
+        "c" * 43,
+        egress_credential=EGRESS_CREDENTIAL,
+    )
+    rules = manifests.network_policy["spec"]["egress"]
+    cidrs = [r["to"][0].get("ipBlock", {}).get("cidr") for r in rules]
+    assert cidrs == [None, "192.0.2.1/32", "203.0.113.0/24"]  # DNS first; the host rule: none
+    assert naming.ANNOTATION_EGRESS_BINDING not in manifests.pod["metadata"].get("annotations", {})
+    assert EGRESS_CREDENTIAL_KEY not in manifests.secret["stringData"]
+
+
+def test_the_binding_carries_the_credentials_digest_and_each_identitys_rules() -> None:
+    pod = _manifests(hooks={"afterTurn": [HOOK]}).pod
+    assert pod["metadata"]["labels"][naming.LABEL_EGRESS] == naming.EGRESS_VIA_GATEWAY
+    binding = _binding(pod)
+    text = json.dumps(pod)
+    assert EGRESS_CREDENTIAL not in text  # the pod spec never holds the credential
+    assert binding["credentialSha256"] == hashlib.sha256(EGRESS_CREDENTIAL.encode()).hexdigest()
+    assert (binding["namespace"], binding["session"], binding["agent"]) == (
+        "team-a",
+        "fix-bug",
+        "coder",
+    )
+    assert binding["agentRules"] == [
+        {"host": "pypi.org", "ports": []},
+        {"host": "*.pythonhosted.org", "ports": [443]},
+    ]
+    custodian = binding["custodianRules"]
+    assert {"host": "api.anthropic.com", "ports": [443], "private": True} in custodian
+    assert {"host": "kubernetes.default.svc", "ports": [443], "private": True} in custodian
+    assert {"host": "mirror.internal", "ports": [8443], "private": True} in custodian
+    # Named by the Session's and the Agent's authors: never a private address by name.
+    assert {"host": "git.example", "ports": [443], "private": False} in custodian
+    assert {"host": "hooks.example", "ports": [8443], "private": False} in custodian
+    assert binding["checkoutRules"] == []
+
+
+def test_the_tools_get_the_proxy_without_a_credential_and_the_harness_gets_none() -> None:
+    containers = _containers(_manifests().pod)
+    tools = _env(containers["tools"])
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        assert tools[name]["value"] == "http://198.19.0.40:3128", name
+    assert "127.0.0.1" in tools["NO_PROXY"]["value"]
+    harness = _env(containers["harness"])
+    assert not {n for n in harness if "PROXY" in n.upper()}, harness.keys()
+
+
+def test_the_credential_is_the_custodians_alone() -> None:
+    manifests = _manifests()
+    pod = manifests.pod
+    assert manifests.secret["stringData"][EGRESS_CREDENTIAL_KEY] == EGRESS_CREDENTIAL
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    assert volumes["egress"]["secret"]["items"] == [
+        {"key": EGRESS_CREDENTIAL_KEY, "path": "credential"}
+    ]
+    # The harness's view of the Secret lists its own two keys, not the proxy credential.
+    assert EGRESS_CREDENTIAL_KEY not in json.dumps(volumes["wire"])
+    mounted = {
+        name: {m["name"] for m in c.get("volumeMounts", [])} for name, c in _containers(pod).items()
+    }
+    assert [n for n, m in mounted.items() if "egress" in m] == ["custodian"]
+    custodian = _env(_containers(pod)["custodian"])
+    assert custodian["CORRAL_EGRESS_PROXY"]["value"] == "http://198.19.0.40:3128"
+    assert custodian["CORRAL_EGRESS_CREDENTIAL_FILE"]["value"].startswith(EGRESS_DIR)
+
+
+def test_the_checkout_clones_as_the_custodian_before_the_agent_starts() -> None:
+    checkout = _env(_containers(_manifests().pod)["checkout"])
+    ref = checkout[EGRESS_CREDENTIAL_ENV]["valueFrom"]["secretKeyRef"]
+    assert ref["key"] == EGRESS_CREDENTIAL_KEY
+    assert checkout["HTTPS_PROXY"]["value"] == (
+        f"http://custodian:$({EGRESS_CREDENTIAL_ENV})@198.19.0.40:3128"
+    )
+    assert checkout["GIT_PROXY_COMMAND"]["value"] == egress.GIT_PROXY_COMMAND
+
+
+def test_an_evidence_pod_reaches_its_rules_and_its_git_host_with_no_credential() -> None:
+    evidence = Evidence.model_validate(
+        {
+            "metadata": {"name": "unit-x", "namespace": "a", "uid": "ev-uid"},
+            "spec": {
+                "repo": "git://git.example/r.git",
+                "revision": "a" * 40,
+                "check": "unit",
+                "command": "make test",
+                "egress": [{"host": "pypi.org"}],
+            },
+        }
+    )
+    manifests = build_evidence_manifests(evidence, SETTINGS)
+    assert manifests.network_policy["spec"]["egress"] == [egress.gateway_peer_rule(GATEWAY)]
+    binding = _binding(manifests.pod)
+    assert binding["credentialSha256"] == "" and binding["custodianRules"] == []
+    assert binding["agentRules"] == [
+        {"host": "pypi.org", "ports": []},
+        {"host": "git.example", "ports": [9418], "private": False},
+    ]
+    env = {e["name"]: e["value"] for e in manifests.pod["spec"]["containers"][0]["env"]}
+    assert env["HTTPS_PROXY"] == "http://198.19.0.40:3128"
+
+
+@pytest.mark.parametrize(
+    ("url", "rule"),
+    [
+        ("https://api.example.com/v1", {"host": "api.example.com", "ports": [443]}),
+        ("http://10.1.2.3:8080", {"host": "10.1.2.3", "ports": [8080]}),
+        ("git://git.example/r.git", {"host": "git.example", "ports": [9418]}),
+        ("ssh://git@git.example:2222/r.git", {"host": "git.example", "ports": [2222]}),
+        ("git@github.com:team/repo.git", {"host": "github.com", "ports": [22]}),
+        ("postgresql://u:p@db.internal/corral", {"host": "db.internal", "ports": [5432]}),
+    ],
+)
+def test_a_url_becomes_the_rule_that_reaches_its_host(url: str, rule: dict[str, Any]) -> None:
+    assert egress.url_rule(url, private=False) == {**rule, "private": False}
+
+
+def test_a_local_path_needs_no_rule() -> None:
+    assert egress.url_rule("/srv/git/repo.git", private=False) is None
+
+
+def test_rules_need_exactly_one_of_host_and_cidr_and_methods_need_a_host() -> None:
+    for bad in (
+        {},
+        {"host": "a.example", "cidr": "192.0.2.0/24"},
+        {"cidr": "192.0.2.0/24", "methods": ["GET"]},
+    ):
+        with pytest.raises(ValueError):
+            EgressRule.model_validate(bad)
+    for bad_host in ("pypi.org.evil com", "*pypi.org", "a..b", "-a.example"):
+        with pytest.raises(ValueError):
+            EgressRule.model_validate({"host": bad_host})
+    assert EgressRule.model_validate({"host": "*.pypi.org", "methods": ["GET"]}).methods == ["GET"]
+
+
+def test_the_operator_takes_the_gateway_and_host_platform_egress_from_its_flags() -> None:
+    args = parse_args(
+        [
+            "--all-namespaces",
+            "--egress-gateway=198.19.0.40:3128",
+            "--platform-egress=api.example.com:443,8443",
+            "--platform-egress=203.0.113.0/24",
+        ]
+    )
+    settings = settings_from(args)
+    assert settings.egress_gateway is not None
+    assert settings.egress_gateway.proxy_url == "http://198.19.0.40:3128"
+    assert settings.platform_egress == (
+        EgressTarget(host="api.example.com", ports=(443, 8443)),
+        EgressTarget(cidr="203.0.113.0/24"),
+    )
+    with pytest.raises(SystemExit):
+        parse_args(["--all-namespaces", "--egress-gateway=gateway.svc:3128"])
+    with pytest.raises(SystemExit):
+        parse_args(["--all-namespaces", "--platform-egress=not a host"])
