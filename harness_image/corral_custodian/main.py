@@ -38,9 +38,10 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine, Generator, MutableMapping
 from contextlib import contextmanager
 from typing import Any
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -52,6 +53,7 @@ from ._adopt import ADOPT_KEY_ENV, serve_pooled
 from ._app import Custodian, create_app, create_operator_app
 from ._secrets import RedactResponses, redact, redact_handlers
 from .settings import (
+    EGRESS_PROXY_USER,
     CustodianSettings,
     SettingsError,
     from_env,
@@ -146,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = from_env(os.environ)
         register_credentials(settings)  # before anything can answer or log a value
+        use_egress_gateway(settings, os.environ)
     except SettingsError as e:
         print(f"corral-custodian: {redact(str(e))}", file=sys.stderr)
         return 2
@@ -155,6 +158,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral-custodian: {e}", file=sys.stderr)
         return 2
     return _run(serve(settings))
+
+
+def use_egress_gateway(settings: CustodianSettings, env: MutableMapping[str, str]) -> None:
+    """Send every outbound request of this process and its git through the egress gateway
+    with the Session's proxy credential (docs/egress.md): httpx and git read the usual proxy
+    variables, and git:// remotes tunnel through CONNECT (corral-proxy-tunnel)."""
+    if settings.egress_proxy is None or settings.egress_credential is None:
+        return
+    parts = urlsplit(settings.egress_proxy)
+    user = quote(EGRESS_PROXY_USER, safe="")
+    secret = quote(settings.egress_credential, safe="")
+    url = urlunsplit((parts.scheme, f"{user}:{secret}@{parts.netloc}", "", "", ""))
+    for name in ("HTTPS_PROXY", "HTTP_PROXY"):
+        env[name] = env[name.lower()] = url
+    env["NO_PROXY"] = env["no_proxy"] = "localhost,127.0.0.1,::1"
+    env["GIT_PROXY_COMMAND"] = "corral-proxy-tunnel"
 
 
 def _run(main: Coroutine[Any, Any, None]) -> int:

@@ -89,6 +89,10 @@ class CustodianSettings:
     # No cluster, but a session tree of `corral run` (corral_common.session_files): children
     # are created and read there.
     local_sessions_dir: Path | None = None
+    # The egress gateway (docs/egress.md): its proxy URL, and this Session's proxy credential
+    # (CORRAL_EGRESS_CREDENTIAL_FILE), which makes the custodian's requests the custodian's.
+    egress_proxy: str | None = None
+    egress_credential: str | None = field(default=None, repr=False)
 
     def load_agent(self) -> AgentSpec:
         """The Agent spec without a cluster, read afresh each call (a mounted file may change)."""
@@ -269,7 +273,13 @@ def from_env(env: Mapping[str, str]) -> CustodianSettings:
         memory_embedder=_embedder(env, "CORRAL_MEMORY_EMBEDDER"),
         hook_secret_dir=_path(env, "CORRAL_HOOK_SECRET_DIR"),
         local_sessions_dir=_path(env, "CORRAL_LOCAL_SESSIONS_DIR"),
+        egress_proxy=env.get("CORRAL_EGRESS_PROXY", "").strip() or None,
+        egress_credential=_secret(env, "CORRAL_EGRESS_CREDENTIAL_FILE"),
     )
+    if (settings.egress_proxy is None) != (settings.egress_credential is None):
+        raise SettingsError(
+            "set both CORRAL_EGRESS_PROXY and CORRAL_EGRESS_CREDENTIAL_FILE, or neither"
+        )
     if settings.memory_sqlite is not None and settings.memory_dsn is not None:
         raise SettingsError("set CORRAL_MEMORY_SQLITE or CORRAL_MEMORY_DSN_FILE, not both")
     if kube is None:
@@ -282,6 +292,8 @@ def from_env(env: Mapping[str, str]) -> CustodianSettings:
 # --- the credentials this custodian holds, registered with the redactor ------------------------
 
 # Marker names: `[redacted:<name>]` is what a text shows in place of the value.
+# The user name of the proxy credential (the gateway reads the password alone).
+EGRESS_PROXY_USER = "custodian"
 MODEL_KEY = "model-key"
 CUSTODIAN_CREDENTIAL = "custodian-credential"
 WIRE_TOKEN = "wire-token"
@@ -290,6 +302,7 @@ MEMORY_DSN = "memory-dsn"
 MEMORY_PASSWORD = "memory-password"
 HOOK_SECRET = "hook-secret"
 SERVICE_ACCOUNT_TOKEN = "service-account-token"
+EGRESS_CREDENTIAL = "egress-credential"
 
 _MODEL_KEY_SOURCE = "the model key (ANTHROPIC_API_KEY or CORRAL_MODEL_KEY_FILE)"
 
@@ -310,6 +323,14 @@ def register_credentials(settings: CustodianSettings) -> None:
         register_dsn(settings.memory_dsn)
     if settings.hook_secret_dir is not None:
         register_hook_secrets(settings.hook_secret_dir)
+    if settings.egress_credential is not None:
+        # Alone, and as the proxy URL and the Proxy-Authorization header carry it.
+        _register_basic(
+            EGRESS_CREDENTIAL,
+            EGRESS_PROXY_USER,
+            settings.egress_credential,
+            "CORRAL_EGRESS_CREDENTIAL_FILE",
+        )
     if settings.kube is not None:
         try:
             token = settings.kube.token_file.read_text()

@@ -9,6 +9,7 @@ and the next pass fails the Session naming the object.
 from __future__ import annotations
 
 import asyncio
+import base64
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -17,7 +18,7 @@ from typing import Any
 from corral_api.kinds import Agent, Session
 from corral_kube import Conflict, KubeRefused
 
-from ..builders.podbuilder import build_sandbox
+from ..builders.podbuilder import EGRESS_CREDENTIAL_KEY, build_sandbox
 from ..kube import object_path
 from ..planning.lineage import Lineage
 from ..planning.session import PlannedEvent, SessionPlan, ownership, with_sandbox_refused
@@ -66,8 +67,15 @@ async def create_sandbox(
     session = Session.model_validate({k: body[k] for k in ("metadata", "spec")})
     the_agent = Agent.model_validate({k: agent[k] for k in ("metadata", "spec")})
     wire_token, credential = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
+    egress_credential = secrets.token_urlsafe(32)  # the custodian's, for the egress gateway
     manifests = build_sandbox(
-        the_agent, session, rt.settings, wire_token, credential, budget=lineage.budget
+        the_agent,
+        session,
+        rt.settings,
+        wire_token,
+        credential,
+        budget=lineage.budget,
+        egress_credential=egress_credential,
     )
     uid = str(body["metadata"].get("uid", ""))
     secret_created, _ = await asyncio.gather(
@@ -76,6 +84,20 @@ async def create_sandbox(
     )
     if secret_created:
         rt.wire_tokens[(ctx.namespace, ctx.name)] = (uid, wire_token)
+    elif rt.settings.egress_gateway is not None:
+        # A Secret of an earlier pass (the pod went, or the operator restarted): the pod's
+        # binding must name the credential that Secret holds, not a new one.
+        kept = await _kept_egress_credential(ctx, manifests.secret)
+        if kept is not None and kept != egress_credential:
+            manifests = build_sandbox(
+                the_agent,
+                session,
+                rt.settings,
+                wire_token,
+                credential,
+                budget=lineage.budget,
+                egress_credential=kept,
+            )
     adopted = await adopt_pooled_pod(rt, the_agent, session, wire_token, credential, lineage.budget)
     if adopted is not None:
         rt.metrics.pods_started.labels(ctx.namespace, "warm").inc()
@@ -83,6 +105,13 @@ async def create_sandbox(
     if await create_ours(ctx, manifests.pod, uid, remember=True):
         rt.metrics.pods_started.labels(ctx.namespace, "cold").inc()
     return None
+
+
+async def _kept_egress_credential(ctx: LoopContext, secret: dict[str, Any]) -> str | None:
+    md = secret["metadata"]
+    there = await ctx.kube.get(object_path("v1", "Secret", md["namespace"], md["name"]))
+    value = ((there or {}).get("data") or {}).get(EGRESS_CREDENTIAL_KEY)
+    return base64.b64decode(value).decode() if value else None
 
 
 async def create_ours(
