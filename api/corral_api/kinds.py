@@ -731,6 +731,41 @@ class ChildrenSummary(ApiModel):
     failed: int = Field(default=0, ge=0)
 
 
+EGRESS_STATUS_HOSTS = 20  # hosts listed in status.egress; the rest are counted
+
+
+class EgressHost(ApiModel):
+    """One destination as the egress gateway decided it for one identity (docs/egress.md)."""
+
+    host: str = Field(description="The name (or address) the connection asked for.")
+    port: int = Field(ge=0, le=65535)
+    identity: Literal["agent", "custodian"] = Field(
+        description="agent: the tools container, no proxy credential; custodian: with it."
+    )
+    decision: Literal["allowed", "denied"]
+    reason: str | None = Field(default=None, description="Why it was denied.")
+    count: int = Field(default=0, ge=0, description="Connections and requests so decided.")
+    bytes_up: int = Field(default=0, ge=0, description="Bytes sent to the destination.")
+    bytes_down: int = Field(default=0, ge=0, description="Bytes received from it.")
+    first_seen: str | None = Field(default=None, description="First decision (RFC 3339).")
+    last_seen: str | None = Field(default=None, description="Last decision (RFC 3339).")
+
+
+class EgressSummary(ApiModel):
+    """What the sandbox's egress gateway allowed and denied, as the Session's loop last read
+    it from every gateway replica."""
+
+    allowed: int = Field(default=0, ge=0, description="Connections and requests allowed.")
+    denied: int = Field(default=0, ge=0, description="Connections and requests denied.")
+    hosts: list[EgressHost] = Field(
+        default_factory=list,
+        max_length=EGRESS_STATUS_HOSTS,
+        description=f"At most {EGRESS_STATUS_HOSTS} destinations, denied first, then by count.",
+    )
+    more_hosts: int = Field(default=0, ge=0, description="Destinations not listed in hosts.")
+    observed_at: str | None = Field(default=None, description="When the gateway was read.")
+
+
 DeliveryState = Literal["Delivered", "NothingToDeliver", "Failed"]
 WaitMode = Literal["all", "first", "quorum", "supervise"]
 
@@ -821,6 +856,10 @@ class SessionStatus(ApiModel):
     )
     started_at: str | None = Field(default=None, description="When the first turn was admitted.")
     finished_at: str | None = Field(default=None, description="When the session ended.")
+    egress: EgressSummary | None = Field(
+        default=None,
+        description="The egress gateway's decisions for this Session's pod (docs/egress.md).",
+    )
     conditions: list[Condition] = _conditions()
     observed_generation: int | None = Field(default=None, description="Last generation seen.")
 

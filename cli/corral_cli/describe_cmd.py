@@ -55,6 +55,23 @@ def receipt_lines(receipts: list[Obj]) -> list[str]:
     return out
 
 
+def egress_lines(egress: Obj) -> str:
+    """The gateway's decisions (docs/egress.md): totals, then a row per destination."""
+    head = f"{egress.get('allowed', 0)} allowed, {egress.get('denied', 0)} denied"
+    if egress.get("observedAt"):
+        head += f" (as of {egress['observedAt']})"
+    rows = [["DECISION", "WHO", "DESTINATION", "COUNT", "BYTES UP/DOWN", "REASON"]]
+    for h in egress.get("hosts") or []:
+        rows.append([str(h.get("decision", "")), str(h.get("identity", "")),
+                     f"{h.get('host')}:{h.get('port')}", str(h.get("count", 0)),
+                     f"{h.get('bytesUp', 0)}/{h.get('bytesDown', 0)}",
+                     " ".join(str(h.get("reason") or "").split())[:80]])  # fmt: skip
+    out = [head, table(rows)] if len(rows) > 1 else [head]
+    if egress.get("moreHosts"):
+        out.append(f"... and {egress['moreHosts']} more destinations")
+    return "\n".join(out)
+
+
 def render(
     session: Obj,
     children: list[Obj],
@@ -99,6 +116,9 @@ def render(
         lines.append(_indent(plan_lines(st["plan"])))
     if st.get("question"):
         lines.append(f"Question:      {st['question']}")
+    if st.get("egress"):
+        lines.append("Egress:")
+        lines.append(_indent(egress_lines(st["egress"])))
     lines.append("Children:" + ("      <none>" if not children else ""))
     if children:
         rows = [["NAME", "PHASE", "TURNS", "COST"]]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import ipaddress
 import logging
 import os
@@ -20,22 +22,30 @@ from corral_common import logs
 from . import handlers
 from .archive.configure import archive_store
 from .archive.server import RunningReader, start_archive_reader
+from .egressrecords import poll_forever
 from .kopfext import collector
 from .kopfext.diffbase import (
     LeanAnnotationsDiffBaseStorage,
     LeanAnnotationsProgressStorage,
     essence_needed,
 )
-from .kube import Kube
+from .kube import Kube, object_path
 from .metrics import parse_address
-from .runtime import Runtime
+from .runtime import Runtime, post_event
 from .session.wiretoken import read_wire_token
-from .settings import EgressGateway, EgressTarget, OperatorSettings
+from .settings import (
+    EgressGateway,
+    EgressTarget,
+    GatewayServiceError,
+    OperatorSettings,
+    gateway_from_service,
+)
 
 _SETTINGS = OperatorSettings()
 _KUBECONFIG: str | None = None
 _ARCHIVE_LISTEN: tuple[str, int] | None = None
 _METRICS_ADDR = ""
+_GATEWAY_SERVICE: tuple[str, str] | None = None
 
 
 def _egress(text: str) -> EgressTarget:
@@ -71,6 +81,30 @@ def _gateway(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not ADDRESS:PORT (the gateway Service's clusterIP and proxy port)"
         ) from None
+
+
+def _service_ref(text: str) -> tuple[str, str]:
+    namespace, sep, name = text.partition("/")
+    if not sep or not namespace or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAMESPACE/NAME")
+    return namespace, name
+
+
+async def _gateway_of_service(kube: Kube, ref: tuple[str, str]) -> EgressGateway:
+    """The gateway as its Service says, read once at start. The chart creates the Service
+    with the operator, so a missing one is waited for (a minute) before the start fails."""
+    namespace, name = ref
+    path = object_path("v1", "Service", namespace, name)
+    for attempt in range(30):
+        service = await kube.get(path)
+        if service is not None:
+            return gateway_from_service(service)
+        if attempt == 0:
+            logging.getLogger(__name__).warning(
+                "the egress gateway's Service %s/%s is not there yet; waiting", namespace, name
+            )
+        await asyncio.sleep(2)
+    raise GatewayServiceError(f"the egress gateway's Service {namespace}/{name} does not exist")
 
 
 def _gateway_settings(args: argparse.Namespace) -> EgressGateway | None:
@@ -193,6 +227,13 @@ def _add_egress_args(parser: argparse.ArgumentParser, d: OperatorSettings) -> No
         default=None,
         help="ADDRESS:PORT of the egress gateway's Service: the one way out of a sandbox "
         "(docs/egress.md); unset, the NetworkPolicy allows CIDR rules alone",
+    )
+    parser.add_argument(
+        "--egress-gateway-service",
+        type=_service_ref,
+        default=None,
+        help="NAMESPACE/NAME of the egress gateway's Service, read at start: its clusterIP, "
+        "its `proxy` and `admin` ports and its pods' selector (the chart passes this)",
     )
     parser.add_argument(
         "--egress-gateway-namespace",
@@ -446,7 +487,11 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None
     # given, and the operator's RBAC grants neither (docs/decisions/0031).
     settings.scanning.disabled = True
     settings.batching.worker_limit = None
+    global _SETTINGS
     kube = await Kube.connect(_KUBECONFIG, writes_in_flight=_SETTINGS.api_writes_in_flight)
+    if _GATEWAY_SERVICE is not None:
+        gateway = await _gateway_of_service(kube, _GATEWAY_SERVICE)
+        _SETTINGS = dataclasses.replace(_SETTINGS, egress_gateway=gateway)
     memo.runtime = Runtime(kube=kube, settings=_SETTINGS)
     memo.runtime.metrics.write_slots = kube.write_slots
     memo.runtime.archive = archive_store(_SETTINGS)
@@ -454,6 +499,13 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None
         memo.archive_reader = await _start_archive_reader(memo.runtime, *_ARCHIVE_LISTEN)
     if _METRICS_ADDR:
         memo.runtime.metrics.serve(_METRICS_ADDR)
+    if _SETTINGS.egress_gateway is not None:
+        # Kept on the memo: a task only the event loop referenced could be collected.
+        memo.egress_poll = asyncio.create_task(
+            poll_forever(
+                kube, _SETTINGS.egress_gateway, memo.runtime.egress, memo.runtime.wake, post_event
+            )
+        )
 
 
 async def _start_archive_reader(runtime: Runtime, host: str, port: int) -> RunningReader:
@@ -488,6 +540,9 @@ def _login(**kw: Any) -> kopf.ConnectionInfo | None:
 async def _cleanup(memo: Any, **_: Any) -> None:
     runtime = getattr(memo, "runtime", None)
     reader = getattr(memo, "archive_reader", None)
+    poll = getattr(memo, "egress_poll", None)
+    if poll is not None:
+        poll.cancel()
     if reader is not None:
         await reader.cleanup()
     if isinstance(runtime, Runtime):
@@ -497,12 +552,19 @@ async def _cleanup(memo: Any, **_: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    global _SETTINGS, _KUBECONFIG, _METRICS_ADDR, _ARCHIVE_LISTEN
+    global _SETTINGS, _KUBECONFIG, _METRICS_ADDR, _ARCHIVE_LISTEN, _GATEWAY_SERVICE
     args = parse_args(argv)
     _SETTINGS = settings_from(args)
     _KUBECONFIG = args.kubeconfig
     _METRICS_ADDR = args.metrics_addr
     _ARCHIVE_LISTEN = args.archive_listen
+    _GATEWAY_SERVICE = args.egress_gateway_service
+    if _GATEWAY_SERVICE is not None and args.egress_gateway is not None:
+        print(
+            "corral-operator: give --egress-gateway or --egress-gateway-service, not both",
+            file=sys.stderr,
+        )
+        return 2
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig  # kopf's own login reads it
     logs.configure(args.log_format, logging.DEBUG if args.verbose else logging.INFO, sys.stderr)

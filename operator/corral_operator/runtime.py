@@ -15,6 +15,7 @@ import kopf
 
 from . import naming
 from .archive.store import ArchiveStore
+from .egressrecords import EgressRecords
 from .kube import Kube, corral_path
 from .metrics import OperatorMetrics
 from .planning.session import PlannedEvent
@@ -193,6 +194,8 @@ class Runtime:
     metrics: OperatorMetrics = field(default_factory=OperatorMetrics)
     # Where finished Sessions are archived before their pods go (docs/history.md); None: off.
     archive: ArchiveStore | None = None
+    # The egress gateway's decisions by Session, read by the operator's poll (docs/egress.md).
+    egress: EgressRecords = field(default_factory=EgressRecords)
 
     def wakeup(self, namespace: str, session: str) -> asyncio.Event:
         key = (namespace, naming.label_value(session))

@@ -6,6 +6,7 @@ Pure data, filled from the command line (see `main.py`) or directly by tests.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -28,14 +29,54 @@ class EgressGateway:
     (each replica's decision records)."""
 
     address: str  # the Service's clusterIP
-    port: int  # the Service's `proxy` port, as the pods' containers listen on it
+    port: int  # the Service's `proxy` port
     namespace: str
     pod_labels: dict[str, str]
-    admin_port: int = 9091
+    admin_port: int = 9091  # each replica's records, read from its pod address
+    # The proxy port as the pods' containers listen on it (the Service's targetPort, a number
+    # or a port name): the sandbox NetworkPolicy's one port. None: the same as `port`.
+    pod_port: int | str | None = None
 
     @property
     def proxy_url(self) -> str:
         return f"http://{self.address}:{self.port}"
+
+    @property
+    def policy_port(self) -> int | str:
+        return self.pod_port if self.pod_port is not None else self.port
+
+
+class GatewayServiceError(ValueError):
+    """The Service named by --egress-gateway-service cannot serve as the gateway."""
+
+
+def gateway_from_service(service: dict[str, Any]) -> EgressGateway:
+    """The gateway as its Service describes it: the clusterIP (sandboxes have no DNS), the
+    `proxy` and `admin` ports and the selector of its pods. GatewayServiceError naming what
+    is missing."""
+    md = service.get("metadata") or {}
+    spec = service.get("spec") or {}
+    where = f"Service {md.get('namespace')}/{md.get('name')}"
+    address = spec.get("clusterIP")
+    if not address or address == "None":
+        raise GatewayServiceError(f"{where} has no clusterIP (a headless Service cannot be it)")
+    ports = {p.get("name"): p for p in spec.get("ports") or []}
+    proxy = ports.get("proxy")
+    if proxy is None:
+        raise GatewayServiceError(f"{where} has no port named 'proxy'")
+    selector = dict(spec.get("selector") or {})
+    if not selector:
+        raise GatewayServiceError(f"{where} has no selector: its pods cannot be named")
+    admin = ports.get("admin") or {}
+    admin_target = admin.get("targetPort")
+    return EgressGateway(
+        address=str(address),
+        port=int(proxy["port"]),
+        namespace=str(md.get("namespace") or ""),
+        pod_labels=selector,
+        admin_port=int(admin_target if isinstance(admin_target, int) else admin.get("port", 9091)),
+        pod_port=proxy.get("targetPort", proxy["port"]),
+    )
 
 
 @dataclass(frozen=True)

@@ -78,8 +78,11 @@ def test_an_evaluation_guard_that_fails_twice_then_passes_runs_three_turns(
     # The follow-up after a failed evaluation tells the model what the check found.
     last_user = requests[1]["body"]["messages"][-1]
     assert "ALL GREEN" in str(last_user)
+    # Events follow the status they tell of: the last one may still be on its way.
+    wait_for(
+        "the passing evaluation's Event", lambda: "EvaluationPassed" in _reasons(operator, name)
+    )
     assert _reasons(operator, name).count("EvaluationFailed") == 2
-    assert "EvaluationPassed" in _reasons(operator, name)
 
 
 def test_an_evaluation_guard_stops_the_session_when_its_budget_is_spent(
@@ -163,7 +166,8 @@ def test_a_harness_killed_mid_turn_fails_the_turn_and_the_session_follows_its_po
     assert status["phase"] == "Failed", status
     assert status["lastSettlement"]["status"] == "failed"
     assert _condition(status, "Failed")["reason"] == "TurnFailed"
-    assert "TurnSettled" in _reasons(operator, name)
+    # Events are posted after the status they tell of is written: wait, do not sample once.
+    wait_for("the settlement's Event", lambda: "TurnSettled" in _reasons(operator, name), 30)
 
 
 def test_a_deleted_session_takes_its_pod_and_secret_with_it(

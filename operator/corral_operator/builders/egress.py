@@ -184,7 +184,7 @@ def gateway_peer_rule(gateway: EgressGateway) -> dict[str, Any]:
                 "podSelector": {"matchLabels": dict(gateway.pod_labels)},
             }
         ],
-        "ports": [{"protocol": "TCP", "port": gateway.port}],
+        "ports": [{"protocol": "TCP", "port": gateway.policy_port}],
     }
 
 

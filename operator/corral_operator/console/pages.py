@@ -189,6 +189,28 @@ def receipt_html(last: Obj | None) -> str:
     )
 
 
+def egress_html(egress: Obj | None) -> str:
+    """The egress gateway's decisions for the Session's pod (docs/egress.md)."""
+    if not egress:
+        return '<p class="empty">No egress through the gateway recorded.</p>'
+    rows = "".join(
+        f'<tr class="egress decision-{esc(h.get("decision"))}"><td>{esc(h.get("decision"))}</td>'
+        f"<td>{esc(h.get('identity'))}</td><td>{esc(h.get('host'))}:{esc(h.get('port'))}</td>"
+        f"<td>{esc(h.get('count'))}</td>"
+        f"<td>{esc(h.get('bytesUp', 0))} / {esc(h.get('bytesDown', 0))}</td>"
+        f"<td>{esc(h.get('reason'))}</td></tr>"
+        for h in egress.get("hosts") or []
+    )
+    more = egress.get("moreHosts") or 0
+    tail = f"<p>… and {int(more)} more destinations</p>" if more else ""
+    return (
+        f"<p>{int(egress.get('allowed') or 0)} allowed, {int(egress.get('denied') or 0)} denied"
+        f" <small>as of {esc(egress.get('observedAt'))}</small></p>"
+        '<table class="egress"><tr><th>decision</th><th>who</th><th>destination</th>'
+        f"<th>count</th><th>bytes up / down</th><th>reason</th></tr>{rows}</table>{tail}"
+    )
+
+
 def receipts_html(archive: Obj | None) -> str:
     """Every turn's receipt as the archive keeps it (docs/history.md), one row a settlement."""
     if not archive:
@@ -303,6 +325,7 @@ def session_page(
 <h2>Plan</h2><div id="plan">{plan_html(st.get("plan"))}</div>
 <h2>Last turn's receipt</h2><div id="receipt">{receipt_html(st.get("lastTurn"))}</div>
 <h2>Receipts</h2><div id="receipts">{receipts_html(archive)}</div>
+<h2>Egress</h2><div id="egress">{egress_html(st.get("egress"))}</div>
 <h2>Children</h2><ul class="children">{kids or '<li class="empty">none</li>'}</ul>
 <h2>Conditions</h2><table class="conditions" id="conditions">{conditions}</table>
 </div></div>

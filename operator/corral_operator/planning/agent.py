@@ -98,3 +98,21 @@ def agent_ready(agent: Agent | dict[str, Any] | None) -> bool:
                 and int(cond.get("observedGeneration") or 0) >= generation
             )
     return False
+
+
+def usable_spec(agent: dict[str, Any] | None) -> AgentSpec | None:
+    """The spec a Session's next submission may use: the Agent's, when its Ready condition
+    says it is valid for this generation, or when no verdict on this generation is out yet
+    and the check the Agent's handler runs finds nothing wrong (so a changed Agent reaches the
+    next submission without waiting for that handler's pass). None for an invalid Agent: the
+    Session keeps the last valid spec."""
+    if agent is None:
+        return None
+    generation = int(agent.get("metadata", {}).get("generation") or 0)
+    conditions = (agent.get("status") or {}).get("conditions") or []
+    ready = next((c for c in conditions if c.get("type") == "Ready"), None)
+    judged = ready is not None and int(ready.get("observedGeneration") or 0) >= generation
+    if judged and ready is not None and ready.get("status") != "True":
+        return None
+    spec, _ = validate_agent_spec(agent.get("spec") or {})
+    return spec

@@ -130,6 +130,7 @@ def _status_store(
         sandbox_at_end=(
             "kept" if session.spec.keep_sandbox or ctx.rt.archive is not None else "released"
         ),
+        egress=lambda: ctx.rt.egress.summary_for(ctx.namespace, ctx.name),
     )
 
 

@@ -22,6 +22,7 @@ from corral_common import logs
 from corral_kube import KubeError
 
 from ..driver import WireFault
+from ..egressrecords import with_egress
 from ..planning.patch import merge_patch
 from ..planning.session import PlannedEvent, SessionPlan
 from ..runtime import Runtime, post_event
@@ -85,6 +86,7 @@ class SessionLoop:
             if bridge is not None:
                 bridge.cancel()
             ctx.rt.forget(ctx.namespace, ctx.name)
+            ctx.rt.egress.forget(ctx.namespace, ctx.name)
 
     async def last_known(self) -> dict[str, Any] | None:
         """The Session as this loop knows it now (after it stopped: for the abort on deletion);
@@ -101,6 +103,7 @@ class SessionLoop:
         seen = await observe(self.ctx)
         if seen is None:
             return None
+        self.ctx.rt.egress.watch(seen.body)
         plan = seen.plan(self.ctx.rt.settings, datetime.now(UTC))
         # A pass about to drive leaves its status to the driver's first write (the admission
         # ledger follows within milliseconds): one write per turn started, not two.
@@ -126,7 +129,8 @@ class SessionLoop:
         the driver's store writes it with its first save), the Events, then the release."""
         body = seen.body
         sandbox = await start_sandbox(self.ctx, body, seen.agent, plan)
-        patch = merge_patch(body.get("status") or {}, sandbox.status)
+        egress = self.ctx.rt.egress.summary_for(self.ctx.namespace, self.ctx.name)
+        patch = merge_patch(body.get("status") or {}, with_egress(sandbox.status, egress))
         if patch and not defer_status:
             await self.ctx.view.patch_status(patch)
         for event in plan.events:

@@ -21,6 +21,7 @@ from corral_api.wire import CustodianDelivery, CustodianUsage
 
 from ..custodianclient import CustodianUnavailable, status_usage
 from ..driver import DriverState, hold_for_children
+from ..egressrecords import with_egress
 from ..kube import Kube, corral_path
 from ..planning.delivery import DeliveryVerdict, judge_delivery, with_delivered
 from ..planning.patch import merge_patch
@@ -68,8 +69,11 @@ class SessionStatusStore:
         view: SessionView | None = None,
         planned: dict[str, Any] | None = None,
         sandbox_at_end: SandboxState = "kept",
+        egress: Callable[[], dict[str, Any] | None] | None = None,
     ) -> None:
         self._kube = kube
+        # The egress gateway's latest summary of this Session (docs/egress.md), for each write.
+        self._egress = egress
         # The sandbox as the session's last write says it (turns.status_with_driver_state):
         # "released" saves the write the next pass would make before deleting the pod.
         self._at_end: SandboxState = sandbox_at_end
@@ -173,6 +177,8 @@ class SessionStatusStore:
         )
         if verdict is not None:
             new = _with_delivery(new, verdict, self._generation)
+        if self._egress is not None:
+            new = with_egress(new, self._egress())
         patch = merge_patch(self._written, new)
         self._planned = None
         if patch:

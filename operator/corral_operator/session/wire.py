@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
-
-from pydantic import ValidationError
 
 from corral_api.kinds import AdmissionLedger, AgentSpec
 from corral_api.wire import AdmitRequest, AdmitResponse, EndResponse, SettledEvent
 
 from ..driver import CheckResult, EventSink
-from ..planning.agent import agent_ready
+from ..planning.agent import usable_spec
 from ..planning.lineage import with_turn_cap
 from ..wireclient import WireClient
 
@@ -39,13 +36,9 @@ class FreshAgentWire:
         self._timed = timed  # told how long each admission call took
 
     async def admit(self, conversation: str, request: AdmitRequest) -> AdmitResponse:
-        body = await self._read_agent()
-        if body is not None and agent_ready(body):
-            with contextlib.suppress(ValidationError):
-                fresh = AgentSpec.model_validate(body.get("spec") or {})
-                request = request.model_copy(
-                    update={"agent": with_turn_cap(fresh, self._max_turns)}
-                )
+        fresh = usable_spec(await self._read_agent())
+        if fresh is not None:
+            request = request.model_copy(update={"agent": with_turn_cap(fresh, self._max_turns)})
         started = time.perf_counter()
         admitted = await self._inner.admit(conversation, request)
         if self._timed is not None:
@@ -66,10 +59,7 @@ class FreshAgentWire:
         self, conversation: str, *, agent: AgentSpec | None = None, phase: str | None = None
     ) -> EndResponse:
         # The sessionEnd hooks of the Agent as it is now, like every admission's.
-        body = await self._read_agent()
-        if body is not None and agent_ready(body):
-            with contextlib.suppress(ValidationError):
-                agent = AgentSpec.model_validate(body.get("spec") or {})
+        agent = usable_spec(await self._read_agent()) or agent
         return await self._inner.end(conversation, agent=agent, phase=phase)
 
     async def checks(self, command: str, timeout_seconds: int | None = None) -> CheckResult:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from corral_cli._tables import rows
-from corral_cli.describe_cmd import receipt_lines
+from corral_cli.describe_cmd import receipt_lines, render
 from corral_cli.tree_cmd import nest
 
 
@@ -41,3 +41,38 @@ def test_receipt_lines_name_status_error_and_tools() -> None:
     ])  # fmt: skip
     assert lines[0] == "1. failed (runaway: cap)  tokens in 3 out 1  $0.2500"
     assert "ledger: partial via reactive" in lines[1] and lines[-1] == "   tools: bash, read"
+
+
+def test_describe_shows_the_gateways_decisions() -> None:
+    session = {
+        "metadata": {"name": "s1", "namespace": "team"},
+        "spec": {"agentRef": "coder", "task": "t"},
+        "status": {
+            "phase": "Running",
+            "egress": {
+                "allowed": 3,
+                "denied": 1,
+                "moreHosts": 2,
+                "observedAt": "2026-12-02T10:00:00Z",
+                "hosts": [
+                    {
+                        "host": "evil.example",
+                        "port": 443,
+                        "identity": "agent",
+                        "decision": "denied",
+                        "reason": "not allowed for agent coder",
+                        "count": 1,
+                    },
+                    {"host": "pypi.org", "port": 443, "identity": "agent",
+                     "decision": "allowed", "count": 3, "bytesUp": 5, "bytesDown": 900},
+                ],
+            },
+        },
+    }  # fmt: skip
+    text = render(session, [], [], None, "no receipts", 0.0)
+    section = text.split("Egress:\n", 1)[1].split("Children:", 1)[0]
+    assert "3 allowed, 1 denied (as of 2026-12-02T10:00:00Z)" in section
+    assert "denied     agent   evil.example:443" in section
+    assert "not allowed for agent coder" in section
+    assert "5/900" in section and "and 2 more destinations" in section
+    assert "Egress:" not in render({**session, "status": {}}, [], [], None, "", 0.0)

@@ -97,3 +97,27 @@ def test_goal_waves_show_their_evidence_verdicts() -> None:
     }
     html = pages.goals_page("me", [goal], [evidence], NOW)
     assert "1/3 waves" in html and "ev1 Fail" in html and 'verdict-Fail">Fail' in html
+
+
+def test_the_session_page_shows_the_gateways_decisions_escaped() -> None:
+    egress = {
+        "allowed": 4,
+        "denied": 1,
+        "moreHosts": 3,
+        "observedAt": "2027-01-15T08:01:00Z",
+        "hosts": [
+            {"host": "evil.example", "port": 443, "identity": "agent", "decision": "denied",
+             "reason": "<script>x</script> not allowed", "count": 1},
+            {"host": "pypi.org", "port": 443, "identity": "agent", "decision": "allowed",
+             "count": 4, "bytesUp": 7, "bytesDown": 70},
+        ],
+    }  # fmt: skip
+    html = pages.session_page("me", _session("s", egress=egress), [], [], False, NOW)
+    section = html.split('<div id="egress">', 1)[1].split("</div>", 1)[0]
+    assert "4 allowed, 1 denied" in section
+    assert '<tr class="egress decision-denied"><td>denied</td><td>agent</td>' in section
+    assert "evil.example:443" in section and "7 / 70" in section
+    assert "<script>x" not in section and "&lt;script&gt;x" in section
+    assert "3 more destinations" in section
+    none = pages.session_page("me", _session("s"), [], [], False, NOW)
+    assert "No egress through the gateway recorded." in none

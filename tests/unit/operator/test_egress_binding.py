@@ -22,7 +22,13 @@ from corral_operator.builders._pod_layout import (
 from corral_operator.builders.evidencepod import build_evidence_manifests
 from corral_operator.builders.podbuilder import build_sandbox
 from corral_operator.main import parse_args, settings_from
-from corral_operator.settings import EgressGateway, EgressTarget, OperatorSettings
+from corral_operator.settings import (
+    EgressGateway,
+    EgressTarget,
+    GatewayServiceError,
+    OperatorSettings,
+    gateway_from_service,
+)
 from tests._objects import agent, session
 
 GATEWAY = EgressGateway(
@@ -247,3 +253,61 @@ def test_the_operator_takes_the_gateway_and_host_platform_egress_from_its_flags(
         parse_args(["--all-namespaces", "--egress-gateway=gateway.svc:3128"])
     with pytest.raises(SystemExit):
         parse_args(["--all-namespaces", "--platform-egress=not a host"])
+
+
+def _service(**spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "corral-egress-gateway", "namespace": "corral-system"},
+        "spec": {
+            "clusterIP": "198.19.0.41",
+            "selector": {"app.kubernetes.io/name": "corral-egress-gateway"},
+            "ports": [
+                {"name": "proxy", "port": 3128, "targetPort": "proxy"},
+                {"name": "admin", "port": 9091, "targetPort": 9191},
+            ],
+            **spec,
+        },
+    }
+
+
+def test_the_gateway_is_read_from_its_service() -> None:
+    gateway = gateway_from_service(_service())
+    assert (gateway.address, gateway.port, gateway.namespace) == (
+        "198.19.0.41",
+        3128,
+        "corral-system",
+    )
+    assert gateway.pod_labels == {"app.kubernetes.io/name": "corral-egress-gateway"}
+    assert gateway.admin_port == 9191
+    # The NetworkPolicy names the pods' port, here by its name, as the Service targets it.
+    settings = OperatorSettings(image="corral/sandbox:test", egress_gateway=gateway)
+    (rule,) = egress.policy_egress(settings, [])
+    assert rule["ports"] == [{"protocol": "TCP", "port": "proxy"}]
+    assert egress.proxy_url(settings) == "http://198.19.0.41:3128"
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({"clusterIP": "None"}, "no clusterIP"),
+        ({"ports": [{"name": "http", "port": 80}]}, "no port named 'proxy'"),
+        ({"selector": {}}, "no selector"),
+    ],
+)
+def test_a_service_that_cannot_be_the_gateway_is_refused_naming_why(
+    spec: dict[str, Any], words: str
+) -> None:
+    with pytest.raises(GatewayServiceError, match=words):
+        gateway_from_service(_service(**spec))
+
+
+def test_the_gateway_service_flag_wants_namespace_and_name(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = parse_args(
+        ["--namespace", "a", "--egress-gateway-service", "corral-system/corral-egress-gateway"]
+    )
+    assert args.egress_gateway_service == ("corral-system", "corral-egress-gateway")
+    with pytest.raises(SystemExit):
+        parse_args(["--namespace", "a", "--egress-gateway-service", "corral-egress-gateway"])
+    assert "is not NAMESPACE/NAME" in capsys.readouterr().err

@@ -11,7 +11,12 @@ import pytest
 from corral_api.kinds import AdmissionLedger, SettlementRecord, Usage
 from corral_operator.builders.evidencepod import build_evidence_pod
 from corral_operator.driver import DriverState
-from corral_operator.planning.agent import agent_ready, plan_agent, validate_agent_spec
+from corral_operator.planning.agent import (
+    agent_ready,
+    plan_agent,
+    usable_spec,
+    validate_agent_spec,
+)
 from corral_operator.planning.approval import check_approval
 from corral_operator.planning.evidence import plan_evidence
 from corral_operator.planning.patch import merge_patch
@@ -61,6 +66,22 @@ def test_invalid_agent_is_not_ready_and_says_why(spec: dict[str, Any], problem: 
     assert plan.reason == "InvalidSpec"
     assert problem in plan.message
     assert not agent_ready({**_agent_body(**spec), "status": plan.status})
+
+
+def test_a_changed_agent_is_usable_before_its_handler_judges_it_unless_it_is_invalid() -> None:
+    judged = {**_agent_body(), "status": plan_agent(_agent_body(), NOW).status}
+    assert usable_spec(judged) is not None
+    # A newer generation the Agent's handler has not judged yet: the same check decides.
+    changed = {**judged, "metadata": {**judged["metadata"], "generation": 4}}
+    changed["spec"] = {**judged["spec"], "instructions": "PELICAN"}
+    spec = usable_spec(changed)
+    assert spec is not None and spec.instructions == "PELICAN"
+    broken = {**changed, "spec": {**changed["spec"], "limits": {"maxDepth": 2}}}
+    assert usable_spec(broken) is None
+    # A verdict on this generation that says invalid wins, and no Agent is no spec.
+    refused = {**_agent_body(), "status": plan_agent(_agent_body(model=""), NOW).status}
+    assert usable_spec(refused) is None
+    assert usable_spec(None) is None
 
 
 def test_orchestrator_may_lower_max_depth() -> None:
