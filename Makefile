@@ -48,6 +48,13 @@ exec-check: ## gofmt, go vet and go test for corral-exec
 	@cd harness_image/corral_exec && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: the files above need formatting" >&2; exit 1; }
 	cd harness_image/corral_exec && CGO_ENABLED=0 GOTOOLCHAIN=local go vet ./... && CGO_ENABLED=0 GOTOOLCHAIN=local go test -count=1 ./...
 
+gateway: ## Build corral-gateway, the sandboxes' egress gateway (static Go binary on smokescreen, cached in ~/.cache/corral)
+	@bash hack/build-gateway.sh >/dev/null
+
+gateway-check: ## gofmt, go vet and go test for corral-gateway
+	@cd gateway && test -z "$$(gofmt -l .)" || { gofmt -l .; echo "gofmt: the files above need formatting" >&2; exit 1; }
+	cd gateway && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=mod go vet ./... && CGO_ENABLED=0 GOTOOLCHAIN=local GOFLAGS=-mod=mod go test -count=1 ./...
+
 crds: $(STAMP) ## Regenerate crds/ and the chart's copy from the API models
 	$(BIN)/python -m corral_api.crdgen crds charts/corral/crds
 
@@ -73,7 +80,7 @@ node-background:
 	    > "$(HOME)/.cache/corral/node-build.log" 2>&1 < /dev/null & \
 	fi
 
-test: $(STAMP) node-background lint crds-check control-plane exec exec-check ## Everything CI runs: lint, drift check, Go and Python tests (unit, wire, cluster, attack, node)
+test: $(STAMP) node-background lint crds-check control-plane exec exec-check gateway gateway-check ## Everything CI runs: lint, drift check, Go and Python tests (unit, wire, cluster, attack, node)
 	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
 
 test-unit: $(STAMP) ## Unit tests only (no processes, no cluster)
@@ -91,7 +98,7 @@ $(EMBED_VENV)/.installed: pyproject.toml
 test-embeddings: $(EMBED_VENV)/.installed ## The memory-embeddings extra's tests (tests_extra/embeddings), in its own venv under ~/.cache/corral
 	$(EMBED_VENV)/bin/pytest -q -p no:cacheprovider tests_extra/embeddings
 
-bench: $(STAMP) control-plane exec ## Every benchmark, all figures in one run (pi beside Corral when installable); misses listed at the end
+bench: $(STAMP) control-plane exec gateway ## Every benchmark, all figures in one run (pi beside Corral when installable); misses listed at the end
 	@if peers=$$(bash hack/install-peers.sh 2>/dev/null); then export CORRAL_BENCH_PEERS="$$peers"; \
 	else echo "(pi could not be installed: the per-step bench runs Corral alone)"; fi; \
 	missed=""; \
@@ -121,4 +128,4 @@ e2e-kind: ## End-to-end on kind (needs Docker and kind; not in CI here)
 clean: ## Remove the venv and local state (keeps the binary cache)
 	rm -rf $(VENV) .corral
 
-.PHONY: help venv node node-background exec exec-check control-plane crds crds-check lint test test-unit test-embeddings bench bench-peers demo dev-cluster dev-cluster-down e2e-kind clean
+.PHONY: help venv node node-background exec exec-check gateway gateway-check control-plane crds crds-check lint test test-unit test-embeddings bench bench-peers demo dev-cluster dev-cluster-down e2e-kind clean

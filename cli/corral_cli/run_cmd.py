@@ -42,6 +42,13 @@ from corral_operator.wireclient import WireClient
 from . import _processes as proc
 from ._approvals import MODES, ApprovalDesk, default_mode
 from ._children import SessionTree, TreeTurnStore
+from ._egress_local import (
+    GATEWAY_ENV,
+    LocalGateway,
+    LocalGatewayError,
+    find_gateway,
+    start_local_gateway,
+)
 from ._localpaths import MEMORY_ENV, default_run_dir, is_inside, memory_db, write_secret
 from ._localstore import RunRecord
 from ._manifests import ManifestError, check_session_branch, load_manifests, pick_session
@@ -125,6 +132,15 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         type=Path,
         help="JSON Schema (JSON or YAML) the final answer must satisfy; replaces the Session's "
         "spec.outputSchema, and the validated object is printed at the end",
+    )
+    p.add_argument(
+        "--egress",
+        choices=("auto", "gateway", "off"),
+        default="auto",
+        help="the Agent's sandbox.egress through a local corral-gateway: gateway (required), "
+        "off, or auto (the default: when the Agent names egress rules and corral-gateway is "
+        "found). Without root a command that ignores the proxy variables is not stopped "
+        "(docs/egress.md)",
     )
     p.add_argument("--json", action="store_true", help="one JSON object per line")
     p.add_argument(
@@ -213,6 +229,7 @@ class LocalRun:
         )
         self.uid = ""
         self.children: list[LocalRun] = []
+        self.gateway: LocalGateway | None = None
 
     @property
     def root(self) -> LocalRun:
@@ -253,6 +270,21 @@ class LocalRun:
         for child in self.children:
             child.stop_all()
         self.parts.stop()
+        if self.gateway is not None:
+            self.gateway.stop()
+
+    def egress_note(self) -> str | None:
+        """The gateway's decisions for this run, in a line; None without a gateway."""
+        records = self.gateway.records(self.name) if self.gateway is not None else None
+        if records is None:
+            return None
+        hosts = records.get("hosts") or []
+        denied = sorted({f"{h['host']}:{h['port']}" for h in hosts if h["decision"] == "denied"})
+        allowed = sum(int(h["count"]) for h in hosts if h["decision"] == "allowed")
+        text = f"egress: {allowed} allowed"
+        if denied:
+            text += f", denied {', '.join(denied[:10])}" + (" ..." if len(denied) > 10 else "")
+        return text
 
     def _route(self) -> ModelRoute:
         if self.route is not None:
@@ -271,8 +303,9 @@ class LocalRun:
             self.view.note(f"model: {self.agent.spec.model} at {route.upstream}")
         # Started together, as a pod's containers are: the custodian's start-up is then not
         # added to the time to the first model request; a turn is admitted once both answer.
-        custodian = self._start_custodian(workspace, route)
-        harness = self._start_harness(workspace, custodian.url)
+        gateway = self._start_gateway(route)
+        custodian = self._start_custodian(workspace, route, gateway)
+        harness = self._start_harness(workspace, custodian.url, gateway)
         await asyncio.gather(self.parts.wait_ready(custodian), self.parts.wait_ready(harness))
         return harness.url
 
@@ -285,7 +318,45 @@ class LocalRun:
         self.view.note(f"model: the scripted demo model playing {scenario}")
         return model.url
 
-    def _start_custodian(self, workspace: Path, route: ModelRoute) -> proc.Part:
+    def _start_gateway(self, route: ModelRoute) -> LocalGateway | None:
+        """The Agent's egress rules through a local gateway (docs/egress.md, "corral run")."""
+        mode = getattr(self.args, "egress", "auto")
+        rules = self.agent.spec.sandbox.egress
+        if mode == "off" or (mode == "auto" and not rules):
+            return None
+        binary = find_gateway()
+        if binary is None:
+            if mode == "gateway":
+                raise proc.StartFailed(
+                    "--egress gateway: corral-gateway was not found (`make gateway` builds it; "
+                    f"or set {GATEWAY_ENV})"
+                )
+            self.view.note(
+                "egress: not enforced (corral-gateway not found; `make gateway` builds it)"
+            )
+            return None
+        try:
+            gateway = start_local_gateway(
+                binary,
+                self.state_dir,
+                self.agent,
+                self.name,
+                route.upstream,
+                self.session.spec.workspace.repo,
+            )
+        except LocalGatewayError as exc:
+            raise proc.StartFailed(str(exc)) from exc
+        self.gateway = gateway
+        names = ", ".join(r.host or str(r.cidr) for r in rules) or "nothing"
+        self.view.note(
+            f"egress: through a local gateway; the agent's commands reach {names} (a command "
+            "that ignores HTTPS_PROXY is not stopped without root)"
+        )
+        return gateway
+
+    def _start_custodian(
+        self, workspace: Path, route: ModelRoute, gateway: LocalGateway | None = None
+    ) -> proc.Part:
         """The custodian holds the model key; nothing else in the run is given it."""
         spec = self.session.spec
         port = proc.free_port()
@@ -322,9 +393,13 @@ class LocalRun:
         # path is not a remote the custodian will push to (it refuses file:// and paths).
         if "://" in spec.workspace.repo:
             env["CORRAL_GIT_REMOTE_URL"] = spec.workspace.repo
+        if gateway is not None:
+            env |= gateway.custodian_env()
         return self.parts.start("custodian", proc.part_argv(proc.CUSTODIAN), env, port)
 
-    def _start_harness(self, workspace: Path, custodian_url: str) -> proc.Part:
+    def _start_harness(
+        self, workspace: Path, custodian_url: str, gateway: LocalGateway | None = None
+    ) -> proc.Part:
         self._token = secrets.token_urlsafe(32)
         token_file = write_secret(self.state_dir / "secrets" / "wire-token", self._token)
         port = proc.free_port()
@@ -337,6 +412,9 @@ class LocalRun:
             "CORRAL_CUSTODIAN_URL": custodian_url,
             "ANTHROPIC_BASE_URL": custodian_url,
         }
+        if gateway is not None:
+            # The harness's children (the agent's commands) inherit them: no credential.
+            env |= gateway.tools_env()
         return self.parts.start("harness", proc.part_argv(proc.HARNESS), env, port)
 
     async def drive(self, workspace: Path) -> DriverOutcome:
@@ -523,6 +601,8 @@ def run_command(argv: list[str]) -> int:
                 "--state-dir picks up from state.json (re-attaching to a turn in its ledger)"
             )
         finally:
+            if (egress := run.egress_note()) is not None:
+                view.note(egress)
             run.stop_all()
         committed: dict[str, Any] = {}
         if checkout is not None and checkout.branch is not None:

@@ -7,9 +7,11 @@ against kind (hack/e2e-kind.sh). On the real node that address is this host's en
 to the node's network namespace (198.18.(128+slot).1): nothing here listens on a private range,
 and nothing listens on every address.
 
-A sandbox's NetworkPolicy allows only DNS and the platform egress, so the chart is told about
-these services (`sandbox.platformEgress`); the API server is added by the chart itself (it looks
-up the `kubernetes` Service's endpoints at install).
+A sandbox leaves only through the chart's egress gateway (docs/egress.md): the custodian
+reaches the model and the git daemon there with its proxy credential, the agent only what its
+Agent names. The gateway refuses this host's address as a private one unless told otherwise, so
+an install names it in `egressGateway.allowRanges`, and names that tests resolve in
+`egressGateway.hosts`.
 """
 
 from __future__ import annotations
@@ -52,6 +54,8 @@ def chart_values(
     model_url: str,
     platform_egress: Sequence[str] = (),
     wire_wait_seconds: float | None = None,
+    gateway_allow: Sequence[str] = (),
+    gateway_hosts: Mapping[str, Sequence[str]] | None = None,
 ) -> dict[str, Any]:
     """The values for an install whose images are already on the node (pulled never)."""
     repository, tag = split_image(operator_image)
@@ -69,6 +73,10 @@ def chart_values(
     }
     if wire_wait_seconds is not None:
         values["operator.wireWaitSeconds"] = wire_wait_seconds
+    if gateway_allow:
+        values["egressGateway.allowRanges"] = list(gateway_allow)
+    if gateway_hosts:
+        values["egressGateway.hosts"] = {k: list(v) for k, v in gateway_hosts.items()}
     return values
 
 

@@ -320,8 +320,15 @@ def _start(node: RealNode, images: Iterable[str] | None, timeout: float) -> None
     _wait_registered(node, timeout)
     _start_proxy_and_firewall(node, kubeconfigs.proxy, kubeconfigs.router)
     _wait_node_ready(node, timeout)
-    _publish_api_endpoint(node, api_port)
+    _publish_api_endpoint(node)
     _start_coredns(node, timeout)
+
+
+# Where pods reach the API server (the `kubernetes` Service's endpoint) on the node's address:
+# a fixed port outside the node-port range (30000-32767), since kube-router lets traffic to a
+# node-local port in that range past every NetworkPolicy (it takes it for a NodePort), and a
+# free port of this host often falls there. Each node has its own namespace: no two collide.
+POD_API_PORT = 6443
 
 
 def _start_relay(node: RealNode, api_port: int) -> None:
@@ -340,7 +347,7 @@ def _start_relay(node: RealNode, api_port: int) -> None:
             "--listen",
             f"127.0.0.1:{api_port}",
             "--listen",
-            f"{node.addrs.node_ip}:{api_port}",
+            f"{node.addrs.node_ip}:{POD_API_PORT}",
         ],
         netns=False,
     )
@@ -519,13 +526,13 @@ def _start_coredns(node: RealNode, timeout: float) -> None:
     node._wait("CoreDNS ready", dns_ready, timeout)
 
 
-def _publish_api_endpoint(node: RealNode, api_port: int) -> None:
+def _publish_api_endpoint(node: RealNode) -> None:
     """Give the `kubernetes` Service an endpoint pods can reach, if the API server has none.
 
     The local API server advertises 127.0.0.1, which it may not publish (an Endpoints address
     may not be loopback: it logs "unable to sync kubernetes service" and the Service has no
     endpoint). The node then publishes its own EndpointSlice for the Service: the node's address
-    and the API server's port, where the relay listens in the node's namespace."""
+    and POD_API_PORT, where the relay listens in the node's namespace."""
     plane = node.plane
     selector = "kubernetes.io/service-name=kubernetes"
     found = plane.kubectl(
@@ -541,7 +548,7 @@ def _publish_api_endpoint(node: RealNode, api_port: int) -> None:
     ).stdout.split()
     if any(name != cfg.API_SLICE_NAME for name in found):
         return  # the API server publishes its own address
-    slice_ = cfg.api_endpoint_slice(node.addrs.node_ip, api_port)
+    slice_ = cfg.api_endpoint_slice(node.addrs.node_ip, POD_API_PORT)
     plane.kubectl("apply", "-f", "-", input=yaml.safe_dump(slice_))
 
 

@@ -159,6 +159,16 @@ build_image() {  # build_image NAME DOCKERFILE -> sets REF and OCI
     printf 'cert = /etc/ssl/certs/ca-certificates.crt\n' >> "$pipconf"
   fi
   mounts+=(-v "$pipconf:/etc/pip.conf:ro")
+  # A Go stage downloads its modules (the gateway's smokescreen) into this machine's module
+  # cache, which `make gateway` fills too: a warm machine downloads nothing.
+  if [[ ${#go_arg[@]} -gt 0 ]]; then
+    local modcache
+    modcache=$(go env GOMODCACHE 2>/dev/null || true)
+    if [[ -n "$modcache" ]]; then
+      mkdir -p "$modcache"
+      mounts+=(-v "$modcache:/go/pkg/mod")
+    fi
+  fi
   buildah bud -q --isolation chroot --network host --pull-never --layers=false \
     "${mounts[@]}" --build-arg "BASE=$BASE_IMAGE" "${go_arg[@]}" -f "$df" -t "$REF" "$context" \
     > "$CACHE/build-$name.log" 2>&1 || { tail -40 "$CACHE/build-$name.log" >&2; return 1; }

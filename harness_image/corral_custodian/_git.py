@@ -118,6 +118,13 @@ def excerpt(output: str) -> str:
     return text if len(text) <= EXCERPT_LIMIT else text[: EXCERPT_LIMIT - 3] + "..."
 
 
+# The only variables of the custodian's own environment its git runs see besides PATH.
+_PROXY_VARIABLES = frozenset(
+    {"HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy",
+     "GIT_PROXY_COMMAND"}
+)  # fmt: skip
+
+
 @dataclass(frozen=True)
 class GitResult:
     ok: bool
@@ -174,7 +181,11 @@ class GitPusher:
         return remote_refusal(self.remote_url)
 
     def _env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        # The egress gateway, when the custodian has one (main.use_egress_gateway): git's
+        # https remotes read the proxy variables, git:// ones GIT_PROXY_COMMAND.
+        proxy = {k: v for k, v in os.environ.items() if k in _PROXY_VARIABLES}
         return {
+            **proxy,
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(self.mirror),
             "GIT_CONFIG_NOSYSTEM": "1",

@@ -250,7 +250,8 @@ async def read_replicas(
         ip = pod["status"]["podIP"]
         host = f"[{ip}]" if ":" in ip else ip
         try:
-            answer = await client.get(f"http://{host}:{_admin_port(pod, gateway)}/v1/egress")
+            url = f"http://{host}:{_admin_port(pod, gateway)}/v1/egress"
+            answer = await client.get(url, params={"detail": "hosts"})
             answer.raise_for_status()
             body = answer.json()
         except (httpx.HTTPError, ValueError) as err:
@@ -262,16 +263,41 @@ async def read_replicas(
     return [a for a in answers if a is not None]
 
 
+def event_manifest(ref: Mapping[str, Any], event: PlannedEvent, now: str) -> dict[str, Any]:
+    """A core/v1 Event on the Session `ref` names. The poll is no kopf handler, so it writes
+    the Event itself (kopf's queue serves only its handlers' tasks)."""
+    md = ref["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{md['name']}.", "namespace": md["namespace"]},
+        "involvedObject": {
+            "apiVersion": ref.get("apiVersion"),
+            "kind": ref.get("kind"),
+            "name": md["name"],
+            "namespace": md["namespace"],
+            "uid": md.get("uid"),
+        },
+        "type": event.type,
+        "reason": event.reason,
+        "message": event.message,
+        "source": {"component": "corral-operator"},
+        "reportingComponent": "corral-operator",
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }
+
+
 async def poll_forever(
     kube: Kube,
     gateway: EgressGateway,
     records: EgressRecords,
     wake: Any,
-    post: Any,
     interval: float = POLL_SECONDS,
 ) -> None:
     """Read, merge and keep the gateway's records; wake each Session whose records changed
-    (`wake(namespace, session_label)`) and post the new denials' Events (`post(ref, event)`)."""
+    (`wake(namespace, session_label)`) and post the new denials' Events."""
     async with httpx.AsyncClient(timeout=READ_TIMEOUT, trust_env=False) as client:
         while True:
             try:
@@ -280,7 +306,10 @@ async def poll_forever(
                     now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
                     changed, events = records.update(merge_replicas(answers), now)
                     for ref, event in events:
-                        post(ref, event)
+                        try:
+                            await kube.create(event_manifest(ref, event, now))
+                        except Exception as err:  # an Event is best effort; the rest goes on
+                            log.warning("egress Event not posted: %s", err)
                     for namespace, name in changed:
                         wake(namespace, naming.label_value(name))
             except Exception as err:  # the poll must outlive any one failure

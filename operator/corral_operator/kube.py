@@ -44,6 +44,7 @@ _PLURALS = {
     "Secret": "secrets",
     "Event": "events",
     "NetworkPolicy": "networkpolicies",
+    "Service": "services",
     "Agent": "agents",
     "Session": "sessions",
     "Goal": "goals",

@@ -31,7 +31,7 @@ from .kopfext.diffbase import (
 )
 from .kube import Kube, object_path
 from .metrics import parse_address
-from .runtime import Runtime, post_event
+from .runtime import Runtime
 from .session.wiretoken import read_wire_token
 from .settings import (
     EgressGateway,
@@ -46,6 +46,7 @@ _KUBECONFIG: str | None = None
 _ARCHIVE_LISTEN: tuple[str, int] | None = None
 _METRICS_ADDR = ""
 _GATEWAY_SERVICE: tuple[str, str] | None = None
+_BINDING_KEY: str | None = None
 
 
 def _egress(text: str) -> EgressTarget:
@@ -90,12 +91,14 @@ def _service_ref(text: str) -> tuple[str, str]:
     return namespace, name
 
 
-async def _gateway_of_service(kube: Kube, ref: tuple[str, str]) -> EgressGateway:
+async def gateway_of_service(
+    kube: Kube, ref: tuple[str, str], *, attempts: int = 30, pause: float = 2.0
+) -> EgressGateway:
     """The gateway as its Service says, read once at start. The chart creates the Service
     with the operator, so a missing one is waited for (a minute) before the start fails."""
     namespace, name = ref
     path = object_path("v1", "Service", namespace, name)
-    for attempt in range(30):
+    for attempt in range(attempts):
         service = await kube.get(path)
         if service is not None:
             return gateway_from_service(service)
@@ -103,7 +106,7 @@ async def _gateway_of_service(kube: Kube, ref: tuple[str, str]) -> EgressGateway
             logging.getLogger(__name__).warning(
                 "the egress gateway's Service %s/%s is not there yet; waiting", namespace, name
             )
-        await asyncio.sleep(2)
+        await asyncio.sleep(pause)
     raise GatewayServiceError(f"the egress gateway's Service {namespace}/{name} does not exist")
 
 
@@ -118,6 +121,7 @@ def _gateway_settings(args: argparse.Namespace) -> EgressGateway | None:
         pod_labels=dict(args.egress_gateway_pod_label)
         or {"app.kubernetes.io/name": "corral-egress-gateway"},
         admin_port=args.egress_gateway_admin_port,
+        binding_key=args.egress_binding_key_file,
     )
 
 
@@ -249,6 +253,13 @@ def _add_egress_args(parser: argparse.ArgumentParser, d: OperatorSettings) -> No
         "app.kubernetes.io/name=corral-egress-gateway)",
     )
     parser.add_argument("--egress-gateway-admin-port", type=int, default=9091)
+    parser.add_argument(
+        "--egress-binding-key-file",
+        type=_binding_key,
+        default=None,
+        help="file holding the key that signs each pod's egress binding (the gateway has the "
+        "same key and trusts no unsigned binding); the chart generates it",
+    )
     parser.add_argument("--no-dns-egress", action="store_true")
     parser.add_argument(
         "--dns-namespace", default=d.dns_namespace, help="namespace of the cluster's DNS pods"
@@ -416,6 +427,16 @@ def _log_format(text: str) -> logs.LogFormat:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _binding_key(path: str) -> str:
+    try:
+        text = Path(path).read_text().strip()
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot read the egress binding key: {e}") from e
+    if len(text) < 32:
+        raise argparse.ArgumentTypeError(f"the egress binding key in {path} is under 32 characters")
+    return text
+
+
 def _memory_dsn(path: str) -> str:
     """The DSN in the file (the chart mounts the memory Secret's `dsn` key there)."""
     try:
@@ -490,7 +511,8 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None
     global _SETTINGS
     kube = await Kube.connect(_KUBECONFIG, writes_in_flight=_SETTINGS.api_writes_in_flight)
     if _GATEWAY_SERVICE is not None:
-        gateway = await _gateway_of_service(kube, _GATEWAY_SERVICE)
+        gateway = await gateway_of_service(kube, _GATEWAY_SERVICE)
+        gateway = dataclasses.replace(gateway, binding_key=_BINDING_KEY)
         _SETTINGS = dataclasses.replace(_SETTINGS, egress_gateway=gateway)
     memo.runtime = Runtime(kube=kube, settings=_SETTINGS)
     memo.runtime.metrics.write_slots = kube.write_slots
@@ -502,9 +524,7 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None
     if _SETTINGS.egress_gateway is not None:
         # Kept on the memo: a task only the event loop referenced could be collected.
         memo.egress_poll = asyncio.create_task(
-            poll_forever(
-                kube, _SETTINGS.egress_gateway, memo.runtime.egress, memo.runtime.wake, post_event
-            )
+            poll_forever(kube, _SETTINGS.egress_gateway, memo.runtime.egress, memo.runtime.wake)
         )
 
 
@@ -552,13 +572,14 @@ async def _cleanup(memo: Any, **_: Any) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    global _SETTINGS, _KUBECONFIG, _METRICS_ADDR, _ARCHIVE_LISTEN, _GATEWAY_SERVICE
+    global _SETTINGS, _KUBECONFIG, _METRICS_ADDR, _ARCHIVE_LISTEN, _GATEWAY_SERVICE, _BINDING_KEY
     args = parse_args(argv)
     _SETTINGS = settings_from(args)
     _KUBECONFIG = args.kubeconfig
     _METRICS_ADDR = args.metrics_addr
     _ARCHIVE_LISTEN = args.archive_listen
     _GATEWAY_SERVICE = args.egress_gateway_service
+    _BINDING_KEY = args.egress_binding_key_file
     if _GATEWAY_SERVICE is not None and args.egress_gateway is not None:
         print(
             "corral-operator: give --egress-gateway or --egress-gateway-service, not both",

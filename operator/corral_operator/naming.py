@@ -23,6 +23,8 @@ ANNOTATION_DIGEST = "corral.dev/agent-digest"
 LABEL_EGRESS = "corral.dev/egress"
 EGRESS_VIA_GATEWAY = "gateway"
 ANNOTATION_EGRESS_BINDING = "corral.dev/egress-binding"
+# HMAC-SHA256 of the binding with the key the operator and the gateway share.
+ANNOTATION_EGRESS_SIGNATURE = "corral.dev/egress-binding-signature"
 # The Evidence check pod's container that runs the check (its termination says the verdict).
 CHECK_CONTAINER = "check"
 

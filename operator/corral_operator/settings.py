@@ -36,6 +36,9 @@ class EgressGateway:
     # The proxy port as the pods' containers listen on it (the Service's targetPort, a number
     # or a port name): the sandbox NetworkPolicy's one port. None: the same as `port`.
     pod_port: int | str | None = None
+    # The key that signs each pod's binding (shared with the gateway, which trusts no binding
+    # without its signature when it has the key); None: bindings go unsigned.
+    binding_key: str | None = field(default=None, repr=False)
 
     @property
     def proxy_url(self) -> str:

@@ -285,8 +285,17 @@ def test_the_chart_renders_metrics_a_service_monitor_and_the_dashboard_on_reques
     def kinds(docs: list[dict[str, Any]]) -> set[tuple[str, str]]:
         return {(d["kind"], d["metadata"]["name"]) for d in docs}
 
+    def operator(docs: list[dict[str, Any]]) -> dict[str, Any]:
+        """The operator's Deployment (the egress gateway has its own)."""
+        (deployment,) = [
+            d
+            for d in docs
+            if d["kind"] == "Deployment" and d["metadata"]["name"] == "corral-operator"
+        ]
+        return deployment
+
     docs = render()
-    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    deployment = operator(docs)
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert "--log-format=json" in container["args"]
     assert "--metrics-addr=0.0.0.0:9090" in container["args"]
@@ -300,7 +309,12 @@ def test_the_chart_renders_metrics_a_service_monitor_and_the_dashboard_on_reques
         "metrics.grafanaDashboard.enabled=true",
         'operator.logFormat="text"',
     )
-    (monitor,) = [d for d in docs if d["kind"] == "ServiceMonitor"]
+    # The operator's; the egress gateway's own is tests/node/test_chart_gateway.py's.
+    (monitor,) = [
+        d
+        for d in docs
+        if d["kind"] == "ServiceMonitor" and d["metadata"]["name"] == "corral-operator"
+    ]
     (service,) = [d for d in docs if d["metadata"]["name"] == "corral-operator-metrics"]
     assert monitor["metadata"]["labels"]["release"] == "prom"
     assert (
@@ -325,11 +339,11 @@ def test_the_chart_renders_metrics_a_service_monitor_and_the_dashboard_on_reques
         "corral_sandbox_pods_started_total",
     ):
         assert series in exprs, series
-    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    deployment = operator(docs)
     assert "--log-format=text" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
 
     off = render("metrics.enabled=false")
-    args = next(d for d in off if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    args = operator(off)["spec"]["template"]["spec"]
     assert not any(a.startswith("--metrics-addr") for a in args["containers"][0]["args"])
     assert ("Service", "corral-operator-metrics") not in kinds(off)
 

@@ -44,10 +44,13 @@ def other_namespace(control_plane: ControlPlane, namespace: str) -> Iterator[str
     control_plane.release_namespace(name)
 
 
-def _can(cp: ControlPlane, who: str, verb: str, resource: str, namespace: str | None) -> bool:
-    # `pods/exec` would read as a pod named exec: subresources go in their own flag.
+def _can(
+    cp: ControlPlane, who: str, verb: str, resource: str, namespace: str | None, name: str = ""
+) -> bool:
+    # `pods/exec` would read as a pod named exec: subresources go in their own flag, and an
+    # object's name (a rule's resourceNames) is `name`.
     kind, _, sub = resource.partition("/")
-    args = ["auth", "can-i", verb, kind, f"--as={who}"]
+    args = ["auth", "can-i", verb, f"{kind}/{name}" if name else kind, f"--as={who}"]
     if sub:
         args.append(f"--subresource={sub}")
     args += ["-n", namespace] if namespace else ["--all-namespaces"]
@@ -136,6 +139,55 @@ def test_a_namespaced_operator_has_no_rights_outside_its_namespaces(
         assert _can(control_plane, OPERATOR, verb, resource, chart_rbac)
         assert not _can(control_plane, OPERATOR, verb, resource, other_namespace)
         assert not _can(control_plane, OPERATOR, verb, resource, None)
+
+
+def test_the_operator_reads_its_gateway_service_and_lists_pods_where_it_runs(
+    control_plane: ControlPlane, chart_rbac: str
+) -> None:
+    gateway = f"corral-{chart_rbac}-egress-gateway"
+    assert _can(control_plane, OPERATOR, "get", "services", OPERATOR_NAMESPACE, gateway)
+    assert _can(control_plane, OPERATOR, "list", "pods", OPERATOR_NAMESPACE)
+    assert not _can(control_plane, OPERATOR, "get", "services", OPERATOR_NAMESPACE, "another")
+    for verb in ("list", "update", "delete"):
+        assert not _can(control_plane, OPERATOR, verb, "services", OPERATOR_NAMESPACE)
+
+
+# -------------------------------------------------------------------- egress gateway identity
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "allowed"),
+    [
+        ("get", "pods", True),
+        ("list", "pods", True),
+        ("watch", "pods", True),  # each pod's egress binding (docs/egress.md)
+        ("create", "pods", False),
+        ("patch", "pods", False),
+        ("delete", "pods", False),
+        ("get", "pods/log", False),
+        ("create", "pods/exec", False),
+        ("get", "secrets", False),  # never a Session's credential
+        ("list", "secrets", False),
+        ("get", "sessions.corral.dev", False),
+        ("patch", "sessions.corral.dev/status", False),  # the operator writes what it records
+        ("list", "services", False),
+        ("create", "events", False),
+    ],
+)
+def test_the_gateway_identity_reads_pods_and_nothing_else(
+    control_plane: ControlPlane, chart_rbac: str, verb: str, resource: str, allowed: bool
+) -> None:
+    gateway = f"system:serviceaccount:{OPERATOR_NAMESPACE}:corral-{chart_rbac}-egress-gateway"
+    assert _can(control_plane, gateway, verb, resource, chart_rbac) is allowed
+
+
+def test_the_gateway_identity_reads_no_pods_outside_the_watched_namespaces(
+    control_plane: ControlPlane, chart_rbac: str, other_namespace: str
+) -> None:
+    gateway = f"system:serviceaccount:{OPERATOR_NAMESPACE}:corral-{chart_rbac}-egress-gateway"
+    assert _can(control_plane, gateway, "watch", "pods", chart_rbac)
+    assert not _can(control_plane, gateway, "watch", "pods", other_namespace)
+    assert not _can(control_plane, gateway, "list", "pods", None)
 
 
 # ------------------------------------------------------------------------ sandbox identity
@@ -351,9 +403,23 @@ def test_the_chart_renders_with_defaults_and_refuses_bad_values(
             "Service",
             "Service",
             "ValidatingAdmissionPolicyBinding",
+            # The egress gateway (docs/egress.md): its identity, its pod-reading Role in the
+            # watched namespace, its Deployment, Service, disruption budget and NetworkPolicy;
+            # the operator's Role to read that Service and list its pods.
+            "ServiceAccount",
+            "Role",
+            "RoleBinding",
+            "Deployment",
+            "Service",
+            "PodDisruptionBudget",
+            "NetworkPolicy",
+            "Role",
+            "RoleBinding",
         ]
     )
-    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    deployment = next(
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "corral-operator"
+    )
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     sc = container["securityContext"]
     assert sc["runAsNonRoot"] and sc["readOnlyRootFilesystem"]
@@ -363,6 +429,7 @@ def test_the_chart_renders_with_defaults_and_refuses_bad_values(
     for flag in ("--harness-uid=10001", "--tools-uid=10002", "--custodian-uid=10003"):
         assert flag in args
     assert "--fs-group=10000" in args
-    assert "--dns-namespace=kube-system" in args and "--dns-pod-label=k8s-app=kube-dns" in args
+    assert "--egress-gateway-service=corral-system/corral-egress-gateway" in args
+    assert not any(a.startswith(("--dns-", "--no-dns-egress")) for a in args)
     with pytest.raises(Exception, match="uids"):
         render_chart(control_plane, "corral", "team-a", **{"sandbox.uids.tools": 0})

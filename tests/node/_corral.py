@@ -33,19 +33,63 @@ NAMESPACE = "corral-e2e"
 RELEASE = "corral-node"
 OPERATOR_NAMESPACE = rstack.OPERATOR_NAMESPACE
 AGENT = "coder"
+# A name the egress gateway resolves to this host (the chart's egressGateway.hosts); nothing
+# else knows it, so only a request through the gateway can use it.
+WELCOME_HOST = "welcome.corral.test"
 UIDS = {"harness": 10001, "tools": 10002, "custodian": 10003}
 FS_GROUP = 10000
 
 # Run in a pod with `python3 -c PROBE tcp HOST:PORT` or `python3 -c PROBE http URL [BODY]`:
 # one line, `reached ...` or `blocked <error>` (exit 1).
 PROBE = r"""
-import socket, ssl, sys, urllib.error, urllib.request
+import os, random, socket, ssl, struct, sys, urllib.error, urllib.parse, urllib.request
 kind, target = sys.argv[1], sys.argv[2]
 try:
     if kind == "tcp":
         host, _, port = target.rpartition(":")
-        socket.create_connection((host, int(port)), timeout=3).close()
+        socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
         print("reached")
+    elif kind == "dns":
+        # One query to the pod's resolver, UDP then TCP, 3 s each: an answer of any kind
+        # (even NXDOMAIN) means DNS is reachable.
+        server = next(l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver"))
+        qname = b"".join(bytes([len(p)]) + p.encode() for p in target.split(".")) + b"\0"
+        head = struct.pack(">HHHHHH", random.randrange(65536), 0x100, 1, 0, 0, 0)
+        query = head + qname + b"\0\1\0\1"
+        u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        u.settimeout(3)
+        try:
+            u.sendto(query, (server, 53))
+            u.recvfrom(512)
+            print("resolved udp")
+            sys.exit(0)
+        except OSError:
+            pass
+        t = socket.create_connection((server, 53), timeout=3)
+        t.sendall(struct.pack(">H", len(query)) + query)
+        if not t.recv(2):
+            raise OSError("closed")
+        print("resolved tcp")
+    elif kind == "connect":
+        # A CONNECT through the pod's HTTPS_PROXY, as a tool that honours it would send it.
+        proxy = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+        s = socket.create_connection((proxy.hostname, proxy.port), timeout=5)
+        s.settimeout(5)
+        s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n".encode())
+        head = b""
+        while b"\r\n\r\n" not in head:
+            chunk = s.recv(4096)
+            if not chunk:
+                break
+            head += chunk
+        line = head.split(b"\r\n", 1)[0].decode(errors="replace")
+        parts = line.split(" ", 2)
+        if len(parts) > 1 and parts[1] == "200":
+            rest = head.split(b"\r\n\r\n", 1)[1] or s.recv(64)
+            print(f"reached tunnel {rest.decode(errors='replace').strip()}")
+        else:
+            print(f"refused {' '.join(parts[1:])}")
+            sys.exit(1)
     else:
         body = sys.argv[3].encode() if len(sys.argv) > 3 else None
         headers = {"content-type": "application/json", "x-api-key": "a-guess"}
@@ -99,9 +143,15 @@ class Corral:
     model_url: str
     git_url: str  # the test repository, git://HOST:PORT/work/repo
     forbidden: str  # HOST:PORT of a server on this host outside every sandbox's allowlist
-    allowed: str  # HOST:PORT on this host every sandbox may reach (the model)
+    allowed: str  # HOST:PORT of the model: the custodian's through the gateway, not the agent's
     namespace: str = NAMESPACE
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    # The port of a server on this host that an Agent may name as WELCOME_HOST (it says hello).
+    welcome_port: int = 0
+
+    @property
+    def welcome(self) -> str:
+        return f"{WELCOME_HOST}:{self.welcome_port}"
 
     # ----------------------------------------------------------------- cluster objects
 
@@ -284,7 +334,7 @@ def installed(target: Target) -> Iterator[Corral]:
     host = target.host_ip
     repos = work / "repos"
     rstack.git_repository(repos / "work" / "repo", {"README.md": "# the node tier's repo\n"})
-    refuser: _Refuser | None = None
+    servers: list[_Refuser] = []
     corral: Corral | None = None
     processes: list[subprocess.Popen[bytes]] = []
     try:
@@ -297,6 +347,10 @@ def installed(target: Target) -> Iterator[Corral]:
         refuser = _Refuser((host, 0), _Hello)
         threading.Thread(target=refuser.serve_forever, daemon=True).start()
         forbidden_port = int(refuser.server_address[1])
+        # A destination an Agent may name: on this host, under a name only the gateway knows.
+        welcome = _Refuser((host, 0), _Hello)
+        threading.Thread(target=welcome.serve_forever, daemon=True).start()
+        servers = [refuser, welcome]
         corral = Corral(
             target=target,
             work=work,
@@ -305,6 +359,7 @@ def installed(target: Target) -> Iterator[Corral]:
             forbidden=f"{host}:{forbidden_port}",
             allowed=f"{host}:{model_port}",
             processes=processes,
+            welcome_port=int(welcome.server_address[1]),
         )
         _prepare_namespace(target, NAMESPACE)
         values = rstack.chart_values(
@@ -314,6 +369,10 @@ def installed(target: Target) -> Iterator[Corral]:
             model_url=corral.model_url,
             platform_egress=[f"{host}/32:{model_port},{git_port}"],
             wire_wait_seconds=5,
+            # This host stands in for the internet: its address is not refused as private,
+            # and WELCOME_HOST resolves to it (at the gateway only: sandboxes have no DNS).
+            gateway_allow=[f"{host}/32"],
+            gateway_hosts={WELCOME_HOST: [host]},
         )
         rstack.helm_install(target.helm, target.kubeconfig, RELEASE, values)
         yield corral
@@ -331,9 +390,9 @@ def installed(target: Target) -> Iterator[Corral]:
                 )  # fmt: skip
             with contextlib.suppress(Exception):
                 target.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
-        if refuser is not None:
-            refuser.shutdown()
-            refuser.server_close()
+        for server in servers:
+            server.shutdown()
+            server.server_close()
         for proc in processes:
             proc.terminate()
             with contextlib.suppress(subprocess.TimeoutExpired):

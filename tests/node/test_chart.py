@@ -42,6 +42,18 @@ def find(
     ]
 
 
+def operator_deployment(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The operator's Deployment (the egress gateway has its own)."""
+    (deployment,) = [
+        d for d in find(docs, "Deployment") if d["metadata"]["name"] == "corral-operator"
+    ]
+    return deployment
+
+
+def operator_args(docs: list[dict[str, Any]]) -> list[str]:
+    return list(operator_deployment(docs)["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
 def test_an_install_with_the_defaults_fails_naming_the_required_value() -> None:
     done = helm_template()
     assert done.returncode != 0
@@ -53,7 +65,7 @@ def test_an_install_with_the_defaults_fails_naming_the_required_value() -> None:
 
 def test_each_watched_namespace_gets_the_sandbox_identity() -> None:
     docs = rendered(f"watchNamespaces={json.dumps(['team-a', 'team-b'])}")
-    args = find(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
+    args = operator_args(docs)
     assert "--namespace=team-a" in args and "--namespace=team-b" in args
     assert "--all-namespaces" not in args
     # The one cluster-wide binding is the console's: TokenReview and SubjectAccessReview are
@@ -71,9 +83,10 @@ def test_each_watched_namespace_gets_the_sandbox_identity() -> None:
         (account,) = find(docs, "ServiceAccount", ns)
         assert account["metadata"]["name"] == "corral-sandbox"
         assert account["automountServiceAccountToken"] is False
-        (role,) = find(docs, "Role", ns)
+        roles = {r["metadata"]["name"] for r in find(docs, "Role", ns)}
+        assert roles == {"corral-sandbox", "corral-egress-gateway"}
         bindings = {b["roleRef"]["name"]: b for b in find(docs, "RoleBinding", ns)}
-        sandbox = bindings[role["metadata"]["name"]]
+        sandbox = bindings["corral-sandbox"]
         assert sandbox["subjects"] == [
             {"kind": "ServiceAccount", "name": "corral-sandbox", "namespace": ns}
         ]
@@ -82,19 +95,13 @@ def test_each_watched_namespace_gets_the_sandbox_identity() -> None:
 
 def test_watching_every_namespace_takes_the_sandbox_namespaces_from_the_values() -> None:
     docs = rendered("watchNamespaces=[]", 'sandboxNamespaces=["agents"]')
-    args = find(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--all-namespaces" in args
+    assert "--all-namespaces" in operator_args(docs)
     assert find(docs, "ClusterRoleBinding")
     accounts = {
         (a["metadata"]["namespace"], a["metadata"]["name"]) for a in find(docs, "ServiceAccount")
     }
-    assert accounts == {("agents", "corral-sandbox"), ("corral-system", "corral-operator")}
-
-
-def test_without_a_cluster_to_ask_no_api_server_egress_is_guessed() -> None:
-    """`helm template` cannot look the API server up: it adds only what the values list."""
-    docs = rendered('watchNamespaces=["a"]', 'sandbox.platformEgress=["198.18.0.1/32:443"]')
-    args = find(docs, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert [a for a in args if a.startswith("--platform-egress")] == [
-        "--platform-egress=198.18.0.1/32:443"
-    ]
+    assert accounts == {
+        ("agents", "corral-sandbox"),
+        ("corral-system", "corral-operator"),
+        ("corral-system", "corral-egress-gateway"),
+    }

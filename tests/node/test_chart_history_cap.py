@@ -4,14 +4,13 @@ and a value the operator would refuse is refused by the values schema first."""
 
 from __future__ import annotations
 
-from .test_chart import find, helm_template, rendered
+from .test_chart import helm_template, operator_args, rendered
 
 WATCH = 'watchNamespaces=["default"]'
 
 
 def _args(*values: str) -> list[str]:
-    (deployment,) = find(rendered(WATCH, *values), "Deployment")
-    return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+    return operator_args(rendered(WATCH, *values))
 
 
 def test_the_cap_is_64_mib_by_default_and_set_in_whole_bytes() -> None:

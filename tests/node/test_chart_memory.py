@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from .test_chart import find, helm_template, rendered
+from .test_chart import find, helm_template, operator_deployment, rendered
 
 WATCH = 'watchNamespaces=["default"]'
 
 
 def _operator(docs: list[dict[str, Any]]) -> dict[str, Any]:
-    (deployment,) = find(docs, "Deployment")
-    return dict(deployment["spec"]["template"]["spec"])
+    return dict(operator_deployment(docs)["spec"]["template"]["spec"])
 
 
 def test_no_store_by_default() -> None:

@@ -139,8 +139,27 @@ try other-harness probe tcp {other}:8080
 try other-custodian probe tcp {other}:8081
 try other-custodian-operator probe tcp {other}:8082
 try host-outside-allowlist probe tcp {forbidden}
-try host-in-allowlist probe tcp {allowed}
+try model-direct probe tcp {allowed}
+try dns-public probe dns pypi.org
+try dns-cluster probe dns kubernetes.default.svc.cluster.local
+try api-direct probe tcp {api}:443
+try model-via-gateway probe connect {allowed}
+try git-via-gateway probe connect {git}
+try api-via-gateway probe connect kubernetes.default.svc:443
+try metadata probe connect 169.254.169.254:80
+try metadata-decimal probe connect 2852039166:80
+try metadata-octal probe connect 0251.0376.0251.0376:80
+try metadata-mapped probe connect [::ffff:169.254.169.254]:80
+try other-sandbox-via-gateway probe connect {other}:8080
+try welcome probe connect {welcome}
+try welcome-shouting probe connect {welcome_shouting}
+try welcome-other-port probe connect {welcome_host}:{forbidden_port}
+try welcome-by-address probe connect {host}:{welcome_port}
+try unlisted-host probe connect pypi.org:443
 """
+
+
+ATTACKER_AGENT = "attacker"
 
 
 @dataclass
@@ -153,12 +172,24 @@ class Attack:
 @pytest.fixture(scope="module")
 def attack(corral: Corral, quiet: Quiet) -> Attack:
     name = "attacker"
+    host, _, forbidden_port = corral.forbidden.rpartition(":")
+    api = corral.kubectl(
+        "get", "service", "kubernetes", "-n", "default", "-o", "jsonpath={.spec.clusterIP}"
+    ).stdout.strip()
     script = ATTACK.format(
         probe=_corral.PROBE.strip(),
         namespace=NAMESPACE,
         other=quiet.ip,
         forbidden=corral.forbidden,
         allowed=corral.allowed,
+        api=api,
+        git=corral.git_url.removeprefix("git://").split("/", 1)[0],
+        welcome=corral.welcome,
+        welcome_shouting=f"{_corral.WELCOME_HOST.upper()}.:{corral.welcome_port}",
+        welcome_host=_corral.WELCOME_HOST,
+        forbidden_port=forbidden_port,
+        host=host,
+        welcome_port=corral.welcome_port,
     )
     corral.load_script(
         {
@@ -171,13 +202,20 @@ def attack(corral: Corral, quiet: Quiet) -> Attack:
             }
         }
     )
-    corral.apply(_corral.session_doc(name, corral.git_url, task="Break out."))
+    # Its Agent names one destination, by name and port: the gateway's only yes to it.
+    agent = _corral.agent_doc(
+        sandbox={"egress": [{"host": _corral.WELCOME_HOST, "ports": [corral.welcome_port]}]}
+    )
+    agent["metadata"]["name"] = ATTACKER_AGENT
+    session = _corral.session_doc(name, corral.git_url, task="Break out.")
+    session["spec"]["agentRef"] = ATTACKER_AGENT
+    corral.apply(agent, session)
     status = corral.wait_phase(name, {"Succeeded", "Failed"})
     assert status["phase"] == "Succeeded", corral.diagnose(name)
     results = corral.tool_results(name)
     seen = "\n".join(results)
     attempts = {m["name"]: (int(m["rc"]), m["out"].strip()) for m in LINE.finditer(seen)}
-    assert len(attempts) == 22, seen
+    assert len(attempts) == 38, seen
     return Attack(attempts, results, seen)
 
 
@@ -256,8 +294,8 @@ def test_the_agents_commands_cannot_reach_the_pods_secrets_or_state(
     # The custodian answers nobody without the pod-local credential, on either port.
     for endpoint in ("model-proxy", "menu", "push", "spawn", "operator-port"):
         assert a[endpoint][1] == "reached HTTP401", (endpoint, a[endpoint])
-    # The agent has no cluster identity: the API server lets it create no Evidence.
-    assert re.fullmatch(r"reached HTTP40[13]", a["evidence"][1]), a["evidence"]
+    # The agent has no way to the API server at all (no DNS, no address, no rule).
+    assert a["evidence"][0] != 0 and a["evidence"][1].startswith("blocked"), a["evidence"]
     # The file tools stay inside the granted root.
     assert "outside the granted root" in attack.results[-1], attack.results[-1]
     # Nothing secret crossed over, in any output.
@@ -375,10 +413,114 @@ def test_a_sandbox_reaches_neither_another_sandbox_nor_a_host_outside_its_allowl
         assert rc != 0 and out.startswith("blocked"), (name, out)
     rc, out = a["host-outside-allowlist"]
     assert rc != 0 and out.startswith("blocked"), out
-    # The platform egress is open (the model's port on the same host)...
-    assert a["host-in-allowlist"] == (0, "reached"), a["host-in-allowlist"]
+    # No direct way out at all: not the model the custodian uses, not the API server, no DNS.
+    for name in ("model-direct", "api-direct", "dns-public", "dns-cluster"):
+        rc, out = a[name]
+        assert rc != 0 and out.startswith("blocked"), (name, out)
     # ...and the forbidden server does answer a pod no policy selects: the policy blocked it.
     assert corral.probe(prober, "main", "tcp", corral.forbidden) == "reached"
+    assert corral.probe(prober, "main", "tcp", corral.allowed) == "reached"
+
+
+def test_through_the_gateway_the_agent_reaches_what_its_agent_names_and_nothing_else(
+    corral: Corral, attack: Attack
+) -> None:
+    a = attack.attempts
+    # Its one destination, by name, however the name is written.
+    assert a["welcome"] == (0, "reached tunnel hello"), a["welcome"]
+    assert a["welcome-shouting"] == (0, "reached tunnel hello"), a["welcome-shouting"]
+    # The custodian's destinations, the cluster, the metadata address (in every spelling),
+    # another sandbox, another port or the bare address of the allowed host: refused.
+    for name in (
+        "model-via-gateway",
+        "git-via-gateway",
+        "api-via-gateway",
+        "metadata",
+        "metadata-decimal",
+        "metadata-octal",
+        "metadata-mapped",
+        "other-sandbox-via-gateway",
+        "welcome-other-port",
+        "welcome-by-address",
+        "unlisted-host",
+    ):
+        rc, out = a[name]
+        assert rc != 0 and re.match(r"refused 40[03] ", out), (name, out)
+    # The refusal says what to do about it: the host, and that the Agent does not allow it.
+    rc, out = a["unlisted-host"]
+    assert "pypi.org:443" in out and ATTACKER_AGENT in out, out
+
+
+def test_every_egress_decision_is_in_the_sessions_status_and_events(
+    corral: Corral, attack: Attack
+) -> None:
+    def recorded() -> dict[str, Any] | None:
+        egress = ((corral.get("session", "attacker") or {}).get("status") or {}).get("egress")
+        hosts = (egress or {}).get("hosts") or []
+        return egress if any(h["host"] == "pypi.org" for h in hosts) else None
+
+    egress = _corral.wait_for("the attacker's egress in its status", recorded, 60)
+    rows = {(h["identity"], h["host"], h["decision"]): h for h in egress["hosts"]}
+    assert ("agent", "pypi.org", "denied") in rows, rows.keys()
+    assert ("agent", _corral.WELCOME_HOST, "allowed") in rows, rows.keys()
+    assert rows[("agent", _corral.WELCOME_HOST, "allowed")]["bytesDown"] > 0
+    # The custodian's own traffic is there too: the model, through the gateway.
+    model_host = corral.allowed.rpartition(":")[0]
+    assert ("custodian", model_host, "allowed") in rows, rows.keys()
+    assert egress["denied"] >= 11 and len(egress["hosts"]) <= 20
+
+    def denial_events() -> list[str] | None:
+        events = corral.kubectl(
+            "get", "events", "-n", NAMESPACE, "--field-selector",
+            "involvedObject.name=attacker,reason=EgressDenied", "-o", "json",
+        )  # fmt: skip
+        messages = [e["message"] for e in json.loads(events.stdout)["items"]]
+        return messages if any("pypi.org:443" in m for m in messages) else None
+
+    messages = _corral.wait_for("the EgressDenied Events", denial_events, 60)
+    pypi = [m for m in messages if "pypi.org:443" in m]
+    assert len(pypi) == 1 and pypi[0].startswith("The agent's connection to pypi.org:443"), pypi
+
+
+def test_the_gateway_gone_egress_fails_closed_and_comes_back_with_it(
+    corral: Corral, attack: Attack
+) -> None:
+    pod, gateway = "corral-attacker", f"{_corral.RELEASE}-egress-gateway"
+    before = _restarts(corral.get("pod", pod) or {})
+
+    def welcome() -> str:
+        return corral.probe(pod, "tools", "connect", corral.welcome)
+
+    assert welcome() == "reached tunnel hello"
+    scale = ("scale", "deployment", gateway, "-n", _corral.OPERATOR_NAMESPACE)
+    corral.kubectl(*scale, "--replicas=0")
+    try:
+        _corral.wait_for("the gateway's pods gone", lambda: not _gateway_pods(corral), 90)
+        answer = welcome()
+        assert answer.startswith(("blocked", "refused")), answer
+    finally:
+        corral.kubectl(*scale, "--replicas=2")
+        corral.kubectl(
+            "rollout", "status", "deployment", gateway, "-n", _corral.OPERATOR_NAMESPACE,
+            "--timeout=120s", timeout=150,
+        )  # fmt: skip
+    _corral.wait_for("egress back", lambda: welcome() == "reached tunnel hello", 60)
+    # Nothing else in the Session broke: no container restarted, the Session is as it was.
+    assert _restarts(corral.get("pod", pod) or {}) == before
+    assert (corral.get("session", "attacker") or {})["status"]["phase"] == "Succeeded"
+
+
+def _restarts(pod: dict[str, Any]) -> dict[str, int]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return {c["name"]: int(c.get("restartCount") or 0) for c in statuses}
+
+
+def _gateway_pods(corral: Corral) -> list[str]:
+    done = corral.kubectl(
+        "get", "pods", "-n", _corral.OPERATOR_NAMESPACE, "-l",
+        "app.kubernetes.io/name=corral-egress-gateway", "-o", "name",
+    )  # fmt: skip
+    return done.stdout.split()
 
 
 def test_only_the_operator_reaches_the_harness(corral: Corral, quiet: Quiet, prober: str) -> None:

@@ -9,41 +9,26 @@ app.kubernetes.io/name: corral-operator
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* The egress gateway (docs/egress.md): its Deployment, Service and ServiceAccount's name. */}}
+{{- define "corral.egressGatewayName" -}}
+{{- printf "%s-egress-gateway" .Release.Name -}}
+{{- end }}
+
+{{- define "corral.egressBindingKeySecret" -}}
+{{- printf "%s-egress-binding-key" .Release.Name -}}
+{{- end }}
+
+{{- define "corral.egressGatewaySelector" -}}
+app.kubernetes.io/name: corral-egress-gateway
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
 {{- define "corral.sandboxNamespaces" -}}
 {{- $ns := .Values.sandboxNamespaces | default .Values.watchNamespaces -}}
 {{- if not $ns -}}
 {{- fail "set watchNamespaces (the namespaces where Sessions run), or sandboxNamespaces when watchNamespaces is empty: no namespace would get the sandbox's ServiceAccount and Role" -}}
 {{- end -}}
 {{- toJson $ns -}}
-{{- end }}
-
-{{/*
-The API server's addresses as `--platform-egress` arguments, from the `kubernetes` Service's
-EndpointSlices (looked up at install/upgrade; `helm template` finds none and adds nothing).
-An endpoint is what a sandbox's packets are addressed to once the Service is translated, and so
-what its NetworkPolicy must allow.
-*/}}
-{{- define "corral.apiServerEgress" -}}
-{{- if .Values.sandbox.apiServerEgress -}}
-{{- $slices := lookup "discovery.k8s.io/v1" "EndpointSlice" "default" "" -}}
-{{- range $slice := (dig "items" list ($slices | default dict)) -}}
-{{- if eq (dig "metadata" "labels" "kubernetes.io/service-name" "" $slice) "kubernetes" -}}
-{{- $ports := list -}}
-{{- range $port := (dig "ports" list $slice) -}}
-{{- $ports = append $ports (toString (get $port "port")) -}}
-{{- end -}}
-{{- range $endpoint := (dig "endpoints" list $slice) -}}
-{{- range $address := (dig "addresses" list $endpoint) -}}
-{{- if contains ":" $address }}
-- --platform-egress={{ $address }}/128
-{{- else }}
-- --platform-egress={{ $address }}/32{{ if $ports }}:{{ join "," $ports }}{{ end }}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
 {{- end }}
 
 {{- define "corral.restrictedContainer" -}}
@@ -65,5 +50,25 @@ seccompProfile:
 {{- .Values.memory.postgres.existingSecret -}}
 {{- else if .Values.memory.postgres.deploy -}}
 {{- printf "%s-memory" .Release.Name -}}
+{{- end -}}
+{{- end }}
+
+{{/*
+Values an older chart took that the egress gateway replaced: an install that still sets one
+stops, naming what took its place, rather than silently ignoring it. The schema lets them
+through only so that this message, not "additional properties not allowed", is what is read.
+*/}}
+{{- define "corral.removedValues" -}}
+{{- $sandbox := .Values.sandbox | default dict -}}
+{{- $removed := dict
+    "apiServerEgress" "the custodian reaches the API server through the egress gateway (docs/egress.md)"
+    "allowDnsEgress" "sandboxes have no DNS; the egress gateway resolves names for them (docs/egress.md)"
+    "dnsNamespace" "sandboxes have no DNS; the egress gateway resolves names for them (docs/egress.md)"
+    "dnsPodLabels" "sandboxes have no DNS; the egress gateway resolves names for them (docs/egress.md)"
+-}}
+{{- range $key := keys $removed | sortAlpha -}}
+{{- if hasKey $sandbox $key -}}
+{{- fail (printf "sandbox.%s was removed: %s" $key (get $removed $key)) -}}
+{{- end -}}
 {{- end -}}
 {{- end }}

@@ -13,6 +13,7 @@ dicts in, plain dicts out.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import ipaddress
 import json
 import urllib.parse
@@ -26,6 +27,8 @@ from ..settings import EgressGateway, EgressTarget, OperatorSettings
 from ._pod_layout import env
 
 BINDING_VERSION = 1
+# The first line of every signed binding: a signature made for anything else never matches.
+SIGNATURE_CONTEXT = "corral.dev/egress-binding/v1"
 # The user name of the custodian's proxy credential (the gateway reads only the password).
 PROXY_USER = "custodian"
 _DEFAULT_PORTS = {
@@ -36,9 +39,11 @@ _DEFAULT_PORTS = {
     "postgresql": 5432,
     "postgres": 5432,
 }
-# Addresses the tools' clients reach without the gateway: the pod's own (nothing listens
-# there for them, but a tool that talks to itself must not be sent away).
-NO_PROXY = "localhost,127.0.0.1,::1"
+# Addresses the tools' clients reach without the gateway: the pod's own, by name, loopback and
+# its pod address (a tool that talks to its own pod must not be sent away; the gateway would
+# refuse it as a private address). POD_IP_ENV comes first so the kubelet expands it here.
+POD_IP_ENV = "POD_IP"
+NO_PROXY = f"localhost,127.0.0.1,::1,$({POD_IP_ENV})"
 # git:// remotes (no HTTP) reach the gateway as a CONNECT tunnel through this command, which
 # reads the proxy (and its credential) from HTTPS_PROXY (corral_common.proxytunnel).
 GIT_PROXY_COMMAND = "corral-proxy-tunnel"
@@ -138,18 +143,28 @@ def _unique(rules: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def binding_signature(key: str, namespace: str, pod: str, value: str) -> str:
+    """HMAC-SHA256 of the binding for one pod name in one namespace, with the key the operator
+    and the gateway share: whoever may create pods in a Session's namespace can copy the
+    label and write an annotation, but cannot sign it (docs/egress.md)."""
+    message = "\n".join((SIGNATURE_CONTEXT, namespace, pod, value)).encode()
+    return hmac.new(key.encode(), message, hashlib.sha256).hexdigest()
+
+
 def binding(
     *,
     namespace: str,
+    pod: str,
     session: str,
     agent: str,
     credential: str | None,
     agent_rules: Sequence[dict[str, Any]],
     custodian: Sequence[dict[str, Any]] = (),
     checkout: Sequence[dict[str, Any]] = (),
+    key: str | None = None,
 ) -> dict[str, str]:
     """The pod's binding annotation: who it serves, the SHA-256 of its custodian's credential
-    (never the credential) and each identity's rules."""
+    (never the credential) and each identity's rules; with `key`, its signature beside it."""
     value = {
         "v": BINDING_VERSION,
         "namespace": namespace,
@@ -160,7 +175,11 @@ def binding(
         "custodianRules": list(custodian),
         "checkoutRules": list(checkout),
     }
-    return {naming.ANNOTATION_EGRESS_BINDING: json.dumps(value, sort_keys=True)}
+    text = json.dumps(value, sort_keys=True)
+    out = {naming.ANNOTATION_EGRESS_BINDING: text}
+    if key:
+        out[naming.ANNOTATION_EGRESS_SIGNATURE] = binding_signature(key, namespace, pod, text)
+    return out
 
 
 def egress_labels(settings: OperatorSettings) -> dict[str, str]:
@@ -253,7 +272,9 @@ def proxy_env(url: str | None) -> list[dict[str, Any]]:
     read one or the other. Nothing without a gateway."""
     if url is None:
         return []
-    out: list[dict[str, Any]] = []
+    out: list[dict[str, Any]] = [
+        {"name": POD_IP_ENV, "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}
+    ]
     for name in ("HTTPS_PROXY", "HTTP_PROXY"):
         out += [env(name, url), env(name.lower(), url)]
     out += [env("NO_PROXY", NO_PROXY), env("no_proxy", NO_PROXY)]

@@ -197,10 +197,11 @@ def _egress_binding(evidence: Evidence, settings: OperatorSettings) -> dict[str,
     """The gateway's binding: the check's rules and its git host, one identity, no credential."""
     if settings.egress_gateway is None:
         return {}
-    _, namespace, _ = _meta(evidence)
+    name, namespace, _ = _meta(evidence)
     repo = None if is_local_repo(evidence.spec.repo) else evidence.spec.repo
     return gateway.binding(
         namespace=namespace,
+        pod=naming.evidence_pod_name(name),
         session="",  # an Evidence is no Session: its records are the gateway's alone
         agent="",
         credential=None,
@@ -208,6 +209,7 @@ def _egress_binding(evidence: Evidence, settings: OperatorSettings) -> dict[str,
             *(gateway.rule_of(r) for r in evidence.spec.egress),
             *gateway.checkout_rules(repo),
         ],
+        key=settings.egress_gateway.binding_key,
     )
 
 

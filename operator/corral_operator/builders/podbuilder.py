@@ -393,11 +393,13 @@ def _egress_binding(
         return {}
     return egress.binding(
         namespace=facts.namespace,
+        pod=naming.pod_name(facts.name),
         session=facts.name,
         agent=facts.agent_name,
         credential=credential,
         agent_rules=[egress.rule_of(r) for r in agent.spec.sandbox.egress],
         custodian=egress.custodian_rules(agent, facts.repo, settings),
+        key=settings.egress_gateway.binding_key,
     )
 
 

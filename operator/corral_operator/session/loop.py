@@ -22,7 +22,7 @@ from corral_common import logs
 from corral_kube import KubeError
 
 from ..driver import WireFault
-from ..egressrecords import with_egress
+from ..egressrecords import POLL_SECONDS, with_egress
 from ..planning.patch import merge_patch
 from ..planning.session import PlannedEvent, SessionPlan
 from ..runtime import Runtime, post_event
@@ -37,6 +37,8 @@ from .wiretoken import read_wire_token
 log = logging.getLogger("corral.operator.session")
 
 IDLE_RECHECK = 30.0
+# After a Session ends, one look at the gateway's records past its next poll (docs/egress.md).
+EGRESS_SETTLE_SECONDS = POLL_SECONDS * 1.2
 RETRY_AFTER_ERROR = 1.0
 RETRY_CAP = 30.0
 
@@ -122,7 +124,10 @@ class SessionLoop:
             assert seen.agent is not None and plan.lineage is not None and plan.pod_ip is not None
             await drive(self.ctx, seen.body, seen.agent, plan, stopped, seen.children)
             return 0.0
-        return _wait_after(plan)
+        wait = _wait_after(plan)
+        if wait is None and self.ctx.rt.settings.egress_gateway is not None:
+            wait = _egress_settling(plan.status, datetime.now(UTC))
+        return wait
 
     async def _apply(self, seen: Observed, plan: SessionPlan, *, defer_status: bool) -> Applied:
         """Apply the plan: the sandbox, the status (only if it changed; with `defer_status`
@@ -149,6 +154,23 @@ def _wait_after(plan: SessionPlan) -> float | None:
     if plan.status.get("phase") in FINAL_PHASES and not plan.delete_pod:
         return None  # nothing left to do until the Session changes (kopf restarts us)
     return IDLE_RECHECK
+
+
+def _egress_settling(status: Mapping[str, Any], now: datetime) -> float | None:
+    """A Session that just ended looks once more after the gateway's next poll, so its
+    status.egress holds what its last seconds did; None once that is past."""
+    finished = status.get("finishedAt")
+    if not finished:
+        return None
+    try:
+        ended = datetime.fromisoformat(str(finished).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    seen = str((status.get("egress") or {}).get("observedAt") or "")
+    if seen and seen >= str(finished):
+        return None
+    since = (now - ended).total_seconds()
+    return EGRESS_SETTLE_SECONDS if since < 2 * EGRESS_SETTLE_SECONDS else None
 
 
 def _bridge_stop(stopped: StopFlag, wake: asyncio.Event) -> asyncio.Future[None] | None:

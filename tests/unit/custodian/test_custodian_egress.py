@@ -121,3 +121,22 @@ def test_a_refused_tunnel_says_why_and_exits_1() -> None:
 
 def test_no_proxy_set_is_a_usage_error() -> None:
     assert proxytunnel.main(["git.example", "9418"], env={}) == 2
+
+
+def test_the_custodians_git_runs_see_the_gateway_and_nothing_else_of_its_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from corral_custodian._git import GitPusher
+
+    env: dict[str, str] = {}
+    settings = from_env(_env(tmp_path))
+    use_egress_gateway(settings, env)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("CORRAL_WIRE_TOKEN_FILE", "/not/for/git")
+    seen = GitPusher(tmp_path / "mirror", "git://git.example/repo", None)._env()
+    # A clean environment, but with the proxy: git:// through the tunnel, https through the
+    # proxy variables, both carrying the credential.
+    assert seen["GIT_PROXY_COMMAND"] == "corral-proxy-tunnel"
+    assert CREDENTIAL in seen["HTTPS_PROXY"] and seen["NO_PROXY"].startswith("localhost")
+    assert "CORRAL_WIRE_TOKEN_FILE" not in seen

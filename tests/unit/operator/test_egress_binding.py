@@ -5,7 +5,9 @@ credential is mounted in the custodian alone."""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import hmac
 import json
 from typing import Any
 
@@ -141,7 +143,12 @@ def test_the_tools_get_the_proxy_without_a_credential_and_the_harness_gets_none(
     tools = _env(containers["tools"])
     for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
         assert tools[name]["value"] == "http://198.19.0.40:3128", name
-    assert "127.0.0.1" in tools["NO_PROXY"]["value"]
+    # The pod's own address is not sent to the gateway (which would refuse it as private):
+    # the kubelet expands POD_IP, defined before NO_PROXY, from the pod's status.
+    names = [e["name"] for e in containers["tools"]["env"]]
+    assert names.index("POD_IP") < names.index("NO_PROXY")
+    assert tools["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert tools["NO_PROXY"]["value"] == "localhost,127.0.0.1,::1,$(POD_IP)"
     harness = _env(containers["harness"])
     assert not {n for n in harness if "PROXY" in n.upper()}, harness.keys()
 
@@ -196,7 +203,7 @@ def test_an_evidence_pod_reaches_its_rules_and_its_git_host_with_no_credential()
         {"host": "pypi.org", "ports": []},
         {"host": "git.example", "ports": [9418], "private": False},
     ]
-    env = {e["name"]: e["value"] for e in manifests.pod["spec"]["containers"][0]["env"]}
+    env = {e["name"]: e.get("value") for e in manifests.pod["spec"]["containers"][0]["env"]}
     assert env["HTTPS_PROXY"] == "http://198.19.0.40:3128"
 
 
@@ -311,3 +318,21 @@ def test_the_gateway_service_flag_wants_namespace_and_name(
     with pytest.raises(SystemExit):
         parse_args(["--namespace", "a", "--egress-gateway-service", "corral-egress-gateway"])
     assert "is not NAMESPACE/NAME" in capsys.readouterr().err
+
+
+def test_with_a_key_each_binding_is_signed_for_its_pod_alone() -> None:
+    keyed = dataclasses.replace(GATEWAY, binding_key="k" * 40)
+    settings = dataclasses.replace(SETTINGS, egress_gateway=keyed)
+    pod = build_sandbox(agent(), session(), settings, "t" * 40, "c" * 40).pod
+    annotations = pod["metadata"]["annotations"]
+    text = annotations[naming.ANNOTATION_EGRESS_BINDING]
+    signature = annotations[naming.ANNOTATION_EGRESS_SIGNATURE]
+    namespace, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+    message = f"{egress.SIGNATURE_CONTEXT}\n{namespace}\n{name}\n{text}".encode()
+    assert signature == hmac.new(b"k" * 40, message, hashlib.sha256).hexdigest()
+    # The same binding on another pod's name, or under another key, does not verify.
+    assert egress.binding_signature("k" * 40, namespace, "corral-other", text) != signature
+    assert egress.binding_signature("j" * 40, namespace, name, text) != signature
+    # Without a key nothing is signed.
+    unsigned = build_sandbox(agent(), session(), SETTINGS, "t" * 40, "c" * 40).pod
+    assert naming.ANNOTATION_EGRESS_SIGNATURE not in unsigned["metadata"]["annotations"]

@@ -111,3 +111,41 @@ def test_the_records_tell_only_the_sessions_whose_loops_watch_them() -> None:
     assert records.summary_for("team", "s2") is not None  # its status still shows it
     # The same records again: nothing changed, nothing told.
     assert records.update(merged, "2026-12-02T10:00:40Z") == ([], [])
+
+
+def test_an_ended_session_looks_once_more_after_the_gateways_next_poll() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from corral_operator.session.loop import EGRESS_SETTLE_SECONDS, _egress_settling
+
+    ended = datetime(2026, 12, 2, 10, 0, 0, tzinfo=UTC)
+    status: dict[str, Any] = {"phase": "Succeeded", "finishedAt": "2026-12-02T10:00:00Z"}
+    assert _egress_settling(status, ended + timedelta(seconds=1)) == EGRESS_SETTLE_SECONDS
+    # Bounded: a Session the gateway has no records of stops looking.
+    assert _egress_settling(status, ended + timedelta(seconds=60)) is None
+    # Records read after the end: nothing left to wait for.
+    read = {**status, "egress": {"observedAt": "2026-12-02T10:00:05Z"}}
+    assert _egress_settling(read, ended + timedelta(seconds=6)) is None
+    assert _egress_settling({"phase": "Running"}, ended) is None
+
+
+def test_a_denial_event_names_its_session_as_kubectl_describe_finds_it() -> None:
+    from corral_operator.egressrecords import event_manifest
+    from corral_operator.planning.session import PlannedEvent
+
+    ref = {
+        "apiVersion": "corral.dev/v1alpha1",
+        "kind": "Session",
+        "metadata": {"name": "s1", "namespace": "team", "uid": "u1"},
+    }
+    event = PlannedEvent("Warning", "EgressDenied", "The agent's connection to x:443 was refused")
+    manifest = event_manifest(ref, event, "2026-12-02T10:00:00Z")
+    assert manifest["metadata"] == {"generateName": "s1.", "namespace": "team"}
+    assert manifest["involvedObject"] == {
+        "apiVersion": "corral.dev/v1alpha1",
+        "kind": "Session",
+        "name": "s1",
+        "namespace": "team",
+        "uid": "u1",
+    }
+    assert (manifest["type"], manifest["reason"]) == ("Warning", "EgressDenied")
