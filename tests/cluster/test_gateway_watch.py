@@ -90,9 +90,12 @@ def pod(
         "kind": "Pod",
         "metadata": meta,
         "spec": {
+            # No node may take it: the cluster tier's local node (when another test started
+            # it) would run the pod and write a status of its own over the test's.
+            "nodeSelector": {"corral.dev/no-node": "for-this-test"},
             "containers": [
                 {"name": "tools", "image": "corral/ignored:latest", "securityContext": RESTRICTED}
-            ]
+            ],
         },
     }
 

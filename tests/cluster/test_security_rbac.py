@@ -405,7 +405,9 @@ def test_the_chart_renders_with_defaults_and_refuses_bad_values(
             "ValidatingAdmissionPolicyBinding",
             # The egress gateway (docs/egress.md): its identity, its pod-reading Role in the
             # watched namespace, its Deployment, Service, disruption budget and NetworkPolicy;
-            # the operator's Role to read that Service and list its pods.
+            # the operator's Role to read that Service and list its pods; the key that signs
+            # each pod's binding, shared by the two.
+            "Secret",
             "ServiceAccount",
             "Role",
             "RoleBinding",
