@@ -539,6 +539,45 @@ def test_only_the_operator_reaches_the_harness(corral: Corral, quiet: Quiet, pro
         assert answer.startswith("blocked"), (port, answer)
 
 
+def test_the_sessions_proxy_credential_is_in_no_log_status_event_or_tool_result(
+    corral: Corral, attack: Attack
+) -> None:
+    """The canary sweep over the egress gateway's credential: the attacker's Session credential,
+    read from its Secret, in every form the custodian's redactor knows (whole, `custodian:`
+    login, HTTP Basic, base64, URL, hex...), searched for where it could have gone."""
+    from ..attack._canary import Canary, Scanner, forms_of, report
+
+    secret = corral.get("secret", "corral-attacker-wire") or {}
+    credential = base64.b64decode(secret["data"]["egress"]).decode()
+    canary = Canary("egress-proxy-credential", credential, credential, (f"custodian:{credential}",))
+    scanner = Scanner(forms_of([canary]))
+    try:
+        places: dict[str, str] = {
+            "the Session": json.dumps(corral.get("session", "attacker")),
+            "the tool results": "\n".join(attack.results),
+            "the Events": corral.kubectl("get", "events", "-n", NAMESPACE, "-o", "json").stdout,
+        }
+        pod = "corral-attacker"
+        for container in ("checkout", "harness", "tools", "custodian"):
+            places[f"{container}'s log"] = corral.kubectl(
+                "logs", pod, "-n", NAMESPACE, "-c", container, check=False
+            ).stdout
+        for label in ("corral-operator", "corral-egress-gateway"):
+            places[f"{label}'s logs"] = corral.kubectl(
+                "logs", "-n", _corral.OPERATOR_NAMESPACE, "-l", f"app.kubernetes.io/name={label}",
+                "--tail=-1", "--prefix", check=False,
+            ).stdout  # fmt: skip
+        findings = [f for where, text in places.items() for f in scanner.scan(where, text.encode())]
+        assert not findings, report(findings, title="the proxy credential leaked")
+        # The sweep finds the header form it would travel in, were it to leak...
+        basic = base64.b64encode(f"custodian:{credential}".encode()).decode()
+        assert scanner.scan("a control", f"Proxy-Authorization: Basic {basic}".encode())
+        # ...and the pod spec names it by reference only (the checkout's secretKeyRef).
+        assert credential not in json.dumps(corral.get("pod", pod))
+    finally:
+        scanner.close()
+
+
 def test_deleting_the_session_removes_the_pod(corral: Corral, quiet: Quiet, attack: Attack) -> None:
     for name in (quiet.name, "attacker"):
         assert corral.get("pod", f"corral-{name}") is not None
