@@ -18,7 +18,7 @@ from typing import Any
 from corral_api.kinds import Agent, Session
 from corral_kube import Conflict, KubeRefused
 
-from ..builders.podbuilder import EGRESS_CREDENTIAL_KEY, build_sandbox
+from ..builders.podbuilder import EGRESS_CREDENTIAL_KEY, SandboxManifests, build_sandbox
 from ..kube import object_path
 from ..planning.lineage import Lineage
 from ..planning.session import PlannedEvent, SessionPlan, ownership, with_sandbox_refused
@@ -68,15 +68,19 @@ async def create_sandbox(
     the_agent = Agent.model_validate({k: agent[k] for k in ("metadata", "spec")})
     wire_token, credential = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     egress_credential = secrets.token_urlsafe(32)  # the custodian's, for the egress gateway
-    manifests = build_sandbox(
-        the_agent,
-        session,
-        rt.settings,
-        wire_token,
-        credential,
-        budget=lineage.budget,
-        egress_credential=egress_credential,
-    )
+
+    def build(egress: str) -> SandboxManifests:
+        return build_sandbox(
+            the_agent,
+            session,
+            rt.settings,
+            wire_token,
+            credential,
+            budget=lineage.budget,
+            egress_credential=egress,
+        )
+
+    manifests = build(egress_credential)
     uid = str(body["metadata"].get("uid", ""))
     secret_created, _ = await asyncio.gather(
         create_ours(ctx, manifests.secret, uid),
@@ -89,15 +93,7 @@ async def create_sandbox(
         # binding must name the credential that Secret holds, not a new one.
         kept = await _kept_egress_credential(ctx, manifests.secret)
         if kept is not None and kept != egress_credential:
-            manifests = build_sandbox(
-                the_agent,
-                session,
-                rt.settings,
-                wire_token,
-                credential,
-                budget=lineage.budget,
-                egress_credential=kept,
-            )
+            manifests = build(kept)
     adopted = await adopt_pooled_pod(rt, the_agent, session, wire_token, credential, lineage.budget)
     if adopted is not None:
         rt.metrics.pods_started.labels(ctx.namespace, "warm").inc()
