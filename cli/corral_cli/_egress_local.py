@@ -27,6 +27,8 @@ from corral_api.kinds import Agent
 from corral_operator.builders import egress
 from corral_operator.naming import ANNOTATION_EGRESS_BINDING
 
+from ._processes import free_port
+
 GATEWAY_ENV = "CORRAL_GATEWAY_BINARY"
 NO_PROXY = "localhost,127.0.0.1,::1"
 
@@ -115,12 +117,6 @@ class LocalGateway:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-
-
-def free_port() -> int:
-    from ._processes import free_port as pick
-
-    return pick()
 
 
 def start_local_gateway(

@@ -212,8 +212,11 @@ class EgressRecords:
     ) -> tuple[list[SessionKey], list[tuple[dict[str, Any], PlannedEvent]]]:
         """Take a poll's merge: the Sessions whose records changed, and the Events to post."""
         changed = [k for k, v in merged.items() if self.hosts.get(k) != v]
-        # A Session no replica mentions any more keeps its last records (a replica restarted).
-        self.hosts.update(merged)
+        # A Session no replica mentions any more keeps its last records while its loop runs
+        # (a replica restarted); any other is dropped, so the records stay bounded by what the
+        # gateways keep and the Sessions this operator runs.
+        kept = {k: v for k, v in self.hosts.items() if k in self._watched}
+        self.hosts = {**kept, **merged}
         self.observed_at = observed_at
         events: list[tuple[dict[str, Any], PlannedEvent]] = []
         for key in changed:

@@ -1,8 +1,9 @@
-"""The real `corral-gateway` for tests and the bench: built by hack/build-gateway.sh (cached per
-source revision, once per process here), started on free loopback ports with a bindings file
-and a hosts file, ready when its /readyz answers 200; and the destinations it is tested
-against: a plain HTTP server and a TLS one with a self-signed certificate, each on a loopback
-address of its own (127.0.0.2, 127.0.0.3) under names the hosts file gives it.
+"""The real `corral-gateway` for tests and the bench: built by hack/build-gateway.sh (through
+corral_dev.execbin: cached per source revision, once per process), started on free loopback
+ports with a bindings file and a hosts file, ready when its /readyz answers 200; and the
+destinations it is tested against: a plain HTTP server and a TLS one with a self-signed
+certificate, each on a loopback address of its own (127.0.0.2, 127.0.0.3) under names the
+hosts file gives it.
 
 Loopback is refused by the gateway, so the tests pass `--allow-range` for the test servers'
 addresses (the test tiers' stand-in for the internet); 127.0.0.1 stays refused. Clients bind
@@ -13,7 +14,6 @@ addresses the bindings file keys.
 from __future__ import annotations
 
 import datetime
-import functools
 import hashlib
 import http.server
 import json
@@ -36,26 +36,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
+from corral_dev.execbin import gateway_binary as gateway_binary  # re-exported for the tests
 from corral_dev.ports import free_port
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-BUILD_SCRIPT = REPO_ROOT / "hack" / "build-gateway.sh"
-
-
-class GatewayBuildError(Exception):
-    """corral-gateway could not be built."""
-
-
-@functools.cache
-def gateway_binary() -> Path:
-    """Build corral-gateway if its sources changed, and return the binary's path."""
-    done = subprocess.run(["bash", str(BUILD_SCRIPT)], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise GatewayBuildError(f"building corral-gateway failed:\n{done.stderr[-4000:]}")
-    path = Path(done.stdout.strip().splitlines()[-1])
-    if not path.is_file():
-        raise GatewayBuildError(f"hack/build-gateway.sh printed {path}, which is not a file")
-    return path
 
 
 def digest(credential: str) -> str:

@@ -252,21 +252,29 @@ func (s *Store) Reports(namespace string) []Report {
 	defer s.mu.Unlock()
 	s.expireLocked(s.now())
 	out := []Report{}
-	for key := range s.sessions {
-		if namespace != "" && key.Namespace != namespace {
-			continue
-		}
+	for _, key := range s.keysLocked(namespace) {
 		if rep, ok := s.reportLocked(key); ok {
 			out = append(out, rep)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Namespace != out[j].Namespace {
-			return out[i].Namespace < out[j].Namespace
-		}
-		return out[i].Session < out[j].Session
-	})
 	return out
+}
+
+// keysLocked: the sessions (of one namespace when namespace is not ""), in order.
+func (s *Store) keysLocked(namespace string) []SessionKey {
+	keys := make([]SessionKey, 0, len(s.sessions))
+	for key := range s.sessions {
+		if namespace == "" || key.Namespace == namespace {
+			keys = append(keys, key)
+		}
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].Namespace != keys[j].Namespace {
+			return keys[i].Namespace < keys[j].Namespace
+		}
+		return keys[i].Session < keys[j].Session
+	})
+	return keys
 }
 
 func (s *Store) reportLocked(key SessionKey) (Report, bool) {
@@ -306,10 +314,8 @@ func (s *Store) Sessions(namespace string) []Summary {
 	defer s.mu.Unlock()
 	s.expireLocked(s.now())
 	out := []Summary{}
-	for key, sess := range s.sessions {
-		if namespace != "" && key.Namespace != namespace {
-			continue
-		}
+	for _, key := range s.keysLocked(namespace) {
+		sess := s.sessions[key]
 		sum := Summary{Namespace: key.Namespace, Session: key.Session, Agent: sess.agent,
 			Hosts: len(sess.entries), Truncated: sess.truncated, Bound: sess.goneAt.IsZero()}
 		if !sess.goneAt.IsZero() {
@@ -326,11 +332,5 @@ func (s *Store) Sessions(namespace string) []Summary {
 		}
 		out = append(out, sum)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Namespace != out[j].Namespace {
-			return out[i].Namespace < out[j].Namespace
-		}
-		return out[i].Session < out[j].Session
-	})
 	return out
 }

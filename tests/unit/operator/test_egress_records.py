@@ -111,6 +111,11 @@ def test_the_records_tell_only_the_sessions_whose_loops_watch_them() -> None:
     assert records.summary_for("team", "s2") is not None  # its status still shows it
     # The same records again: nothing changed, nothing told.
     assert records.update(merged, "2026-12-02T10:00:40Z") == ([], [])
+    # No replica mentions them any more: the watched Session keeps its last records, the
+    # other goes (the operator's memory follows the gateways' and its own Sessions).
+    records.update({}, "2026-12-02T10:00:50Z")
+    assert records.summary_for("team", "s1") is not None
+    assert records.summary_for("team", "s2") is None
 
 
 def test_an_ended_session_looks_once_more_after_the_gateways_next_poll() -> None:
