@@ -389,6 +389,19 @@ class CustodianAdoptRequest(WireModel):
     branch: str = Field(min_length=1, max_length=255, description="The only branch push targets.")
     gitRemoteUrl: str = Field(min_length=1, max_length=4096)
     readOnly: bool = False
+    egressCredential: str | None = Field(
+        default=None,
+        min_length=ADOPT_SECRET_MIN_CHARS,
+        max_length=512,
+        description="The Session's proxy credential for the egress gateway (docs/egress.md); "
+        "absent where sandboxes leave without a gateway.",
+    )
+    memoryDsn: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="The memory database's DSN (docs/memory.md); absent without one.",
+    )
 
 
 class AdoptResponse(WireModel):

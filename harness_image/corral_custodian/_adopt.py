@@ -33,6 +33,7 @@ from corral_api.wire import AdoptResponse, CustodianAdoptRequest
 from corral_common.asgi import bearer_token, no_receive
 
 from ._app import Custodian, create_app, create_operator_app
+from ._egress import use_egress_gateway
 from ._secrets import redact
 from .settings import SettingsError, _split_addr, from_env, register_credentials
 
@@ -70,6 +71,12 @@ def adopted_env(
             "CORRAL_READ_ONLY": "true" if request.readOnly else "false",
         }
     )
+    if request.egressCredential is not None:
+        # The egress gateway's proxy (CORRAL_EGRESS_PROXY) is the pod's; its credential, the
+        # Session's, arrives with the adopt (docs/egress.md).
+        env["CORRAL_EGRESS_CREDENTIAL_FILE"] = str(files / "egress")
+    if request.memoryDsn is not None:
+        env["CORRAL_MEMORY_DSN_FILE"] = str(files / "memory-dsn")
     for name, value in (
         ("CORRAL_BUDGET_TOKENS", request.budget.tokens),
         ("CORRAL_BUDGET_COST", request.budget.costUSD),
@@ -109,6 +116,7 @@ class PooledCustodian:
     def _bind(self, request: CustodianAdoptRequest) -> None:
         settings = from_env(adopted_env(self._env, request, self._dir))
         register_credentials(settings)  # the wire token and credential it just delivered
+        use_egress_gateway(settings, os.environ)  # before any client of the core is made
         core = Custodian(settings)
         self._harness_app = create_app(core)
         self._operator_app = create_operator_app(core)
@@ -118,7 +126,11 @@ class PooledCustodian:
         for name, text in (
             ("token", request.wireToken),
             ("custodian", request.custodianCredential),
+            ("egress", request.egressCredential),
+            ("memory-dsn", request.memoryDsn),
         ):
+            if text is None:
+                continue
             fd = os.open(self._dir / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             with os.fdopen(fd, "w") as f:
                 f.write(text)

@@ -13,6 +13,7 @@ credential:
     POST /agents/{conversation}/deliver            push the turn's commit (_delivery.py)
     POST /agents/{conversation}/hooks/{phase}/{name}   post one of the Agent's http hooks
     POST /memory/recall, /memory/extract           long-term memory (_memory.py)
+    POST /otlp/v1/traces                           the harness's traces, to the collector (_otlp.py)
 
 Operator-facing (`CORRAL_CUSTODIAN_OPERATOR_ADDR`), behind the Session's wire token:
 
@@ -55,6 +56,7 @@ from ._hooks import add_hook_routes
 from ._kube import kube_client
 from ._live import LiveError, LiveState
 from ._memory import MEMORY_TOOLS, MemoryService, memory_router
+from ._otlp import add_otlp_routes
 from ._proxy import BodyTooLarge, ModelProxy, read_capped
 from ._tools import ControlTools, ToolFailure
 from ._usage_store import UsageStore
@@ -172,6 +174,7 @@ def create_app(core: Custodian) -> FastAPI:
     _add_approval_routes(app, core)
     app.include_router(memory_router(core.memory, settings.max_body_bytes))
     add_hook_routes(app, core.live, settings)
+    add_otlp_routes(app, settings)
 
     if settings.credential is None:
         log.warning(

@@ -1,10 +1,12 @@
 """Long-term memory, owned by the custodian (docs/memory.md, ADR 0070).
 
 The store is a SQLite file (`CORRAL_MEMORY_SQLITE`, `corral run`) or a PostgreSQL database
-(`CORRAL_MEMORY_DSN_FILE`, a cluster); the harness never holds its credentials. The scope is the
-Agent's `spec.memory.scope` (default: the Agent's name), read by the custodian itself and
-prefixed with its own Session's namespace, so nothing a caller sends can reach another
-namespace's memory: the requests below carry no scope at all.
+(`CORRAL_MEMORY_DSN_FILE`, a cluster); the harness never holds its credentials. Behind the
+egress gateway the database is reached through a forwarder on a Unix socket of the custodian's
+own, which tunnels through the gateway with the Session's proxy credential (_pgforward.py).
+The scope is the Agent's `spec.memory.scope` (default: the Agent's name), read by the custodian
+itself and prefixed with its own Session's namespace, so nothing a caller sends can reach
+another namespace's memory: the requests below carry no scope at all.
 
 Harness-facing endpoints, behind the pod-local credential like every other path:
 
@@ -23,7 +25,9 @@ import json
 import logging
 import re
 import sqlite3
+import tempfile
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, Request
@@ -41,10 +45,11 @@ from corral_common.memory import (
 )
 
 from ._live import LiveError, LiveState, Loaded
+from ._pgforward import DsnError, PgForwarder, custodian_proxy, plan_forwarding
 from ._tools import ToolResult
 from .facts import SessionFacts
 from .menu import MenuTool
-from .settings import CustodianSettings
+from .settings import EGRESS_PROXY_USER, CustodianSettings
 
 log = logging.getLogger("corral_custodian.memory")
 
@@ -140,15 +145,67 @@ class MemoryService:
         self._live = live
         self._backend: MemoryBackend | None = None
         self._open_lock = asyncio.Lock()
+        # Behind the egress gateway, the PostgreSQL store is reached through a forwarder on a
+        # Unix socket of the custodian's own (_pgforward.py); started on first use.
+        self._forwarder: PgForwarder | None = None
+        self._dsn: str | None = None  # the DSN psycopg gets, once decided
 
     @property
     def configured(self) -> bool:
         return self._settings.memory_sqlite is not None or self._settings.memory_dsn is not None
 
-    def _open(self) -> MemoryBackend:
+    @property
+    def forwarder(self) -> PgForwarder | None:
+        return self._forwarder
+
+    async def _postgres_dsn(self, dsn: str) -> str:
+        """`dsn`, or behind the egress gateway the forwarder's socket in its place (the
+        forwarder started on the first call)."""
         s = self._settings
-        if s.memory_dsn is not None:
-            return PostgresBackend(s.memory_dsn)
+        if self._dsn is not None:
+            return self._dsn
+        if s.egress_proxy is None or s.egress_credential is None:
+            self._dsn = dsn
+            return dsn
+        try:
+            plan = plan_forwarding(dsn, self._socket_dir())
+        except DsnError as e:
+            raise MemoryUnavailable(str(e)) from e
+        if plan is None:  # a Unix socket or loopback: not through the gateway
+            self._dsn = dsn
+            return dsn
+        proxy = custodian_proxy(s.egress_proxy, EGRESS_PROXY_USER, s.egress_credential)
+        forwarder = PgForwarder(plan, proxy)
+        try:
+            await forwarder.start()
+        except OSError as e:
+            raise MemoryUnavailable(
+                f"cannot listen on the memory socket {plan.socket_path}: {e}"
+            ) from e
+        self._forwarder, self._dsn = forwarder, plan.dsn
+        return plan.dsn
+
+    def _socket_dir(self) -> Path:
+        s = self._settings
+        if s.memory_socket_dir is not None:
+            return s.memory_socket_dir
+        if s.state_dir is not None:
+            return s.state_dir / "memory-socket"
+        return Path(tempfile.mkdtemp(prefix="corral-memory-"))  # 0700, this process's own
+
+    def _unavailable(self, error: Exception) -> MemoryUnavailable:
+        """`error` as MemoryUnavailable, with the forwarder's last failure when psycopg's
+        message does not carry it already (its own timeout came first, say)."""
+        reason = str(error)
+        failure = self._forwarder.last_failure if self._forwarder is not None else None
+        if failure and failure not in reason:
+            reason = f"{reason} ({failure})"
+        return MemoryUnavailable(reason)
+
+    def _open(self, dsn: str | None) -> MemoryBackend:
+        s = self._settings
+        if dsn is not None:
+            return PostgresBackend(dsn)
         if s.memory_sqlite is not None:
             try:
                 return SqliteBackend(s.memory_sqlite)
@@ -161,7 +218,13 @@ class MemoryService:
     async def _backend_now(self) -> MemoryBackend:
         async with self._open_lock:
             if self._backend is None:
-                self._backend = await asyncio.to_thread(self._open)
+                dsn = self._settings.memory_dsn
+                if dsn is not None:
+                    dsn = await self._postgres_dsn(dsn)
+                try:
+                    self._backend = await asyncio.to_thread(self._open, dsn)
+                except MemoryUnavailable as e:
+                    raise self._unavailable(e) from e
             return self._backend
 
     def scope(self, facts: SessionFacts) -> str | None:
@@ -196,7 +259,7 @@ class MemoryService:
             raise
         except Exception as e:
             self._backend = None
-            raise MemoryUnavailable(str(e)) from e
+            raise self._unavailable(e) from e
 
     async def _facts(self, fresh: bool = False) -> SessionFacts:
         loaded: Loaded = await self._live.load(fresh=fresh)
@@ -296,6 +359,9 @@ class MemoryService:
         if self._backend is not None:
             await asyncio.to_thread(self._backend.close)
             self._backend = None
+        if self._forwarder is not None:
+            await self._forwarder.aclose()
+            self._forwarder, self._dsn = None, None
 
 
 async def _json_object(request: Request, max_bytes: int) -> dict[str, Any] | JSONResponse:

@@ -24,6 +24,9 @@ CORRAL_GIT_REMOTE_URL        where push and land send (the Session's workspace.r
 CORRAL_READ_ONLY             1: no push, no land
 CORRAL_LOCAL_SESSIONS_DIR    without a cluster: the session tree of `corral run`, where
                              children are created and read (docs/children.md)
+CORRAL_OTLP_ENDPOINT         the trace collector (OTLP/HTTP base URL; /v1/traces is appended,
+                             or CORRAL_OTLP_TRACES_ENDPOINT names the URL itself): the
+                             harness's traces are relayed there (POST /otlp/v1/traces)
 CORRAL_MAX_REQUEST_BYTES     largest request body accepted (default 8 MiB)
 CORRAL_MAX_MODEL_REQUESTS    model requests in flight at once (default 4)
 CORRAL_MAX_BUNDLE_BYTES      largest bundle of the agent's commits taken (default 64 MiB)
@@ -38,10 +41,9 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Coroutine, Generator, MutableMapping
+from collections.abc import Coroutine, Generator
 from contextlib import contextmanager
 from typing import Any
-from urllib.parse import quote, urlsplit, urlunsplit
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -51,9 +53,9 @@ from corral_common.catalog import CatalogError, check_catalog
 
 from ._adopt import ADOPT_KEY_ENV, serve_pooled
 from ._app import Custodian, create_app, create_operator_app
+from ._egress import use_egress_gateway
 from ._secrets import RedactResponses, redact, redact_handlers
 from .settings import (
-    EGRESS_PROXY_USER,
     CustodianSettings,
     SettingsError,
     from_env,
@@ -158,22 +160,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"corral-custodian: {e}", file=sys.stderr)
         return 2
     return _run(serve(settings))
-
-
-def use_egress_gateway(settings: CustodianSettings, env: MutableMapping[str, str]) -> None:
-    """Send every outbound request of this process and its git through the egress gateway
-    with the Session's proxy credential (docs/egress.md): httpx and git read the usual proxy
-    variables, and git:// remotes tunnel through CONNECT (corral-proxy-tunnel)."""
-    if settings.egress_proxy is None or settings.egress_credential is None:
-        return
-    parts = urlsplit(settings.egress_proxy)
-    user = quote(EGRESS_PROXY_USER, safe="")
-    secret = quote(settings.egress_credential, safe="")
-    url = urlunsplit((parts.scheme, f"{user}:{secret}@{parts.netloc}", "", "", ""))
-    for name in ("HTTPS_PROXY", "HTTP_PROXY"):
-        env[name] = env[name.lower()] = url
-    env["NO_PROXY"] = env["no_proxy"] = "localhost,127.0.0.1,::1"
-    env["GIT_PROXY_COMMAND"] = "corral-proxy-tunnel"
 
 
 def _run(main: Coroutine[Any, Any, None]) -> int:

@@ -81,6 +81,10 @@ class CustodianSettings:
     # from a secret file; neither: the Agent's memory is unavailable (recall is fail-open).
     memory_sqlite: Path | None = None
     memory_dsn: str | None = None
+    # Behind the egress gateway, the directory of the Unix socket through which the custodian
+    # forwards the PostgreSQL store (_pgforward.py): its own, never the tools container's.
+    # Unset: `memory-socket` under the state directory, else a private temporary one.
+    memory_socket_dir: Path | None = None
     # CORRAL_MEMORY_EMBEDDER: how recall compares text (lexical, or a model from the
     # `memory-embeddings` extra); loaded here so a bad name or a missing extra stops the start.
     memory_embedder: Embedder = field(default_factory=HashedLexicalEmbedder)
@@ -93,6 +97,9 @@ class CustodianSettings:
     # (CORRAL_EGRESS_CREDENTIAL_FILE), which makes the custodian's requests the custodian's.
     egress_proxy: str | None = None
     egress_credential: str | None = field(default=None, repr=False)
+    # The trace collector's traces URL, where the harness's OTLP exports are relayed
+    # (_otlp.py): CORRAL_OTLP_TRACES_ENDPOINT as is, else CORRAL_OTLP_ENDPOINT + /v1/traces.
+    otlp_traces_url: str | None = None
 
     def load_agent(self) -> AgentSpec:
         """The Agent spec without a cluster, read afresh each call (a mounted file may change)."""
@@ -193,6 +200,21 @@ def _model_key(env: Mapping[str, str]) -> str | None:
     return env.get("ANTHROPIC_API_KEY") or _secret(env, "CORRAL_MODEL_KEY_FILE")
 
 
+def _otlp_traces_url(env: Mapping[str, str]) -> str | None:
+    """OpenTelemetry's rule: the signal's variable is the URL, the general one a base to which
+    `/v1/traces` is appended."""
+    name, url = "CORRAL_OTLP_TRACES_ENDPOINT", env.get("CORRAL_OTLP_TRACES_ENDPOINT", "").strip()
+    if not url:
+        name, base = "CORRAL_OTLP_ENDPOINT", env.get("CORRAL_OTLP_ENDPOINT", "").strip()
+        if not base:
+            return None
+        url = base.rstrip("/") + "/v1/traces"
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise SettingsError(f"{name} must be an http:// or https:// URL, not {url!r}")
+    return url
+
+
 def from_env(env: Mapping[str, str]) -> CustodianSettings:
     addr = env.get("CORRAL_CUSTODIAN_ADDR", DEFAULT_ADDR)
     host, port = _split_addr(addr, "CORRAL_CUSTODIAN_ADDR")
@@ -270,11 +292,13 @@ def from_env(env: Mapping[str, str]) -> CustodianSettings:
         max_blob_bytes=_positive(env, "CORRAL_MAX_BLOB_BYTES", DEFAULT_MAX_BLOB_BYTES),
         memory_sqlite=_path(env, "CORRAL_MEMORY_SQLITE"),
         memory_dsn=_secret(env, "CORRAL_MEMORY_DSN_FILE"),
+        memory_socket_dir=_path(env, "CORRAL_MEMORY_SOCKET_DIR"),
         memory_embedder=_embedder(env, "CORRAL_MEMORY_EMBEDDER"),
         hook_secret_dir=_path(env, "CORRAL_HOOK_SECRET_DIR"),
         local_sessions_dir=_path(env, "CORRAL_LOCAL_SESSIONS_DIR"),
         egress_proxy=env.get("CORRAL_EGRESS_PROXY", "").strip() or None,
         egress_credential=_secret(env, "CORRAL_EGRESS_CREDENTIAL_FILE"),
+        otlp_traces_url=_otlp_traces_url(env),
     )
     if (settings.egress_proxy is None) != (settings.egress_credential is None):
         raise SettingsError(

@@ -138,6 +138,7 @@ class _ServerState:
         warm = asyncio.get_running_loop().call_soon(
             lambda: self.engine_warm.append(asyncio.ensure_future(self.engine_loader()))
         )
+        TRACING.use_custodian(self.config.custodian_url, self.config.custodian_credential_file)
         if TRACING.wanted():
             # The OTLP exporter's import goes to a thread, off the first request (docs/tracing.md).
             asyncio.get_running_loop().run_in_executor(None, TRACING.configured)

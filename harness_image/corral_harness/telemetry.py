@@ -10,8 +10,12 @@ tokens, nothing of the product.
 Cost: nothing of OpenTelemetry is imported unless tracing is configured, so the harness's start
 path and a step without tracing pay one attribute lookup. Configured means:
 
-- `OTEL_EXPORTER_OTLP_ENDPOINT` is set: spans leave over OTLP/HTTP (a batch processor; the
-  standard `OTEL_*` variables tune it), or
+- `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (a URL) or `OTEL_EXPORTER_OTLP_ENDPOINT` (a base, to
+  which `/v1/traces` is appended) is set: spans leave over OTLP/HTTP (a batch processor; the
+  standard `OTEL_*` variables tune it). In a sandbox pod the URL is the custodian's relay
+  (`/otlp/v1/traces`): the harness has no way out of the pod, its custodian does. An endpoint
+  on the custodian's own origin gets the custodian credential as its bearer token, read from
+  the credential file (`use_custodian`), never from a variable and never sent elsewhere; or
 - an in-process exporter was installed (`install(exporter)`, e.g. the SDK's in-memory one).
 
 docs/tracing.md.
@@ -23,17 +27,55 @@ import hashlib
 import logging
 import os
 import threading
+from collections.abc import Mapping
 from contextvars import ContextVar
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 log = logging.getLogger(__name__)
 
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
+TRACES_ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
 RUN_ID_HEADER = "X-Corral-Run-Id"
 SCOPE = "corral.harness"
 
 # The trace id the next root span takes (a run's trace id is derived from its run id).
 _next_trace_id: ContextVar[int | None] = ContextVar("corral_next_trace_id", default=None)
+
+
+def traces_endpoint(env: Mapping[str, str]) -> str | None:
+    """Where spans go, by OpenTelemetry's rule: the traces URL, else the base + `/v1/traces`."""
+    if url := env.get(TRACES_ENDPOINT_ENV, "").strip():
+        return url
+    if base := env.get(ENDPOINT_ENV, "").strip():
+        return base.rstrip("/") + "/v1/traces"
+    return None
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    return (
+        scheme,
+        (parts.hostname or "").lower(),
+        parts.port or {"http": 80, "https": 443}.get(scheme),
+    )
+
+
+def custodian_headers(
+    endpoint: str, custodian_url: str | None, credential_file: Path | None
+) -> dict[str, str]:
+    """The exporter's authorization: the custodian credential for an endpoint on the
+    custodian's origin (its relay), nothing for any other (a collector never sees it)."""
+    if custodian_url is None or credential_file is None:
+        return {}
+    if _origin(endpoint) != _origin(custodian_url):
+        return {}
+    credential = credential_file.read_text().strip()
+    if not credential:
+        raise ValueError(f"the custodian credential file {credential_file} is empty")
+    return {"authorization": f"Bearer {credential}"}
 
 
 def trace_id_of(run_id: str) -> int:
@@ -157,9 +199,16 @@ class Tracing:
         self._tracer: Any = None
         self._checked = False
         self._lock = threading.Lock()  # the server preloads in a thread (`preload`)
+        self._custodian_url: str | None = None
+        self._credential_file: Path | None = None
+
+    def use_custodian(self, url: str | None, credential_file: Path | None) -> None:
+        """The harness's custodian, whose relay gets the credential (before the first span:
+        the server calls it as it starts, a pooled harness once adopted)."""
+        self._custodian_url, self._credential_file = url, credential_file
 
     def wanted(self) -> bool:
-        return bool(os.environ.get(ENDPOINT_ENV))
+        return traces_endpoint(os.environ) is not None
 
     def configured(self) -> bool:
         if not self._checked:
@@ -200,8 +249,13 @@ class Tracing:
     def _install_otlp(self) -> None:
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        self.install(OTLPSpanExporter(), batch=True)  # endpoint and headers from OTEL_* env
-        log.info("traces go over OTLP to %s", os.environ.get(ENDPOINT_ENV))
+        endpoint = traces_endpoint(os.environ)
+        assert endpoint is not None  # `wanted`
+        headers = custodian_headers(endpoint, self._custodian_url, self._credential_file)
+        # The rest (OTEL_EXPORTER_OTLP_HEADERS, _TIMEOUT, _COMPRESSION) from the OTEL_* env.
+        self.install(OTLPSpanExporter(endpoint=endpoint, headers=headers or None), batch=True)
+        via = " (the custodian's relay)" if headers else ""
+        log.info("traces go over OTLP to %s%s", endpoint, via)
 
     def shutdown(self) -> None:
         if self.provider is not None:

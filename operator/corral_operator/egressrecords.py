@@ -8,6 +8,9 @@ Session), and the poll posts a Warning Event at the first denial of each destina
 that fails keeps the last merged records: a replica that restarts loses its own counts, and
 the status keeps what it last showed of them until fresher counts arrive.
 
+A warm pod's adoption asks the replicas one more thing: whether each knows the pod's new
+binding yet (`await_binding`), since the pod must not act on a binding a replica has not seen.
+
 Pure functions first (merge, summary, the denials not yet told); the poll last.
 """
 
@@ -237,23 +240,43 @@ def _admin_port(pod: Mapping[str, Any], gateway: EgressGateway) -> int:
     return gateway.admin_port
 
 
+async def running_replicas(
+    kube: Kube, gateway: EgressGateway, *, serving: bool = False
+) -> list[dict[str, Any]]:
+    """The gateway's Running pods that have an address; with `serving`, only those the Service
+    sends connections to (Ready, not being deleted)."""
+    selector = ",".join(f"{k}={v}" for k, v in sorted(gateway.pod_labels.items()))
+    pods = await kube.list(collection_path("v1", "Pod", gateway.namespace), label_selector=selector)
+    return [
+        p
+        for p in pods
+        if (p.get("status") or {}).get("phase") == "Running"
+        and p["status"].get("podIP")
+        and (not serving or _serving(p))
+    ]
+
+
+def _serving(pod: Mapping[str, Any]) -> bool:
+    if pod["metadata"].get("deletionTimestamp"):
+        return False
+    conditions = pod["status"].get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _admin_url(pod: Mapping[str, Any], gateway: EgressGateway, path: str) -> str:
+    ip = pod["status"]["podIP"]
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{_admin_port(pod, gateway)}{path}"
+
+
 async def read_replicas(
     kube: Kube, gateway: EgressGateway, client: httpx.AsyncClient
 ) -> list[dict[str, Any]]:
     """Every Running replica's records; a replica that does not answer is left out."""
-    selector = ",".join(f"{k}={v}" for k, v in sorted(gateway.pod_labels.items()))
-    pods = await kube.list(collection_path("v1", "Pod", gateway.namespace), label_selector=selector)
-    running = [
-        p
-        for p in pods
-        if (p.get("status") or {}).get("phase") == "Running" and p["status"].get("podIP")
-    ]
 
     async def one(pod: dict[str, Any]) -> dict[str, Any] | None:
-        ip = pod["status"]["podIP"]
-        host = f"[{ip}]" if ":" in ip else ip
         try:
-            url = f"http://{host}:{_admin_port(pod, gateway)}/v1/egress"
+            url = _admin_url(pod, gateway, "/v1/egress")
             answer = await client.get(url, params={"detail": "hosts"})
             answer.raise_for_status()
             body = answer.json()
@@ -262,8 +285,61 @@ async def read_replicas(
             return None
         return body if isinstance(body, dict) else None
 
-    answers = await asyncio.gather(*(one(p) for p in running))
+    answers = await asyncio.gather(*(one(p) for p in await running_replicas(kube, gateway)))
     return [a for a in answers if a is not None]
+
+
+BINDING_WAIT_SECONDS = 15.0
+_BINDING_POLL_SECONDS = 0.05
+
+
+async def await_binding(
+    kube: Kube,
+    gateway: EgressGateway,
+    pod_ip: str,
+    uid: str,
+    digest: str,
+    *,
+    timeout: float = BINDING_WAIT_SECONDS,
+) -> str | None:
+    """Wait until every serving replica (Ready, not being deleted: the ones the Service sends
+    connections to) maps `pod_ip` to the pod `uid` under the binding whose annotation text has
+    SHA-256 `digest`; None once they all do, else why not (no replica serves, or one still has
+    another binding when `timeout` ends)."""
+    deadline = asyncio.get_running_loop().time() + timeout
+    pending: str | None = "no replica of the egress gateway is ready"
+    async with httpx.AsyncClient(timeout=httpx.Timeout(READ_TIMEOUT, connect=2.0)) as client:
+        while True:
+            replicas = await running_replicas(kube, gateway, serving=True)
+            waiting = [
+                p for p in replicas if not await _knows(client, gateway, p, pod_ip, uid, digest)
+            ]
+            if replicas and not waiting:
+                return None
+            if waiting:
+                names = ", ".join(sorted(str(p["metadata"]["name"]) for p in waiting))
+                pending = f"the egress gateway's replicas {names} do not know the pod's binding yet"
+            if asyncio.get_running_loop().time() >= deadline:
+                return f"{pending} after {timeout:g} s"
+            await asyncio.sleep(_BINDING_POLL_SECONDS)
+
+
+async def _knows(
+    client: httpx.AsyncClient,
+    gateway: EgressGateway,
+    replica: Mapping[str, Any],
+    pod_ip: str,
+    uid: str,
+    digest: str,
+) -> bool:
+    try:
+        answer = await client.get(
+            _admin_url(replica, gateway, "/v1/bindings"), params={"ip": pod_ip}
+        )
+        body = answer.json() if answer.status_code == 200 else {}
+    except (httpx.HTTPError, ValueError):
+        return False
+    return isinstance(body, dict) and body.get("uid") == uid and body.get("digest") == digest
 
 
 def event_manifest(ref: Mapping[str, Any], event: PlannedEvent, now: str) -> dict[str, Any]:

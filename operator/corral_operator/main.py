@@ -217,7 +217,8 @@ def _add_sandbox_args(parser: argparse.ArgumentParser, d: OperatorSettings) -> N
     parser.add_argument(
         "--otlp-endpoint",
         default=None,
-        help="OTLP/HTTP endpoint the sandboxes' harnesses send traces to (docs/tracing.md)",
+        help="OTLP/HTTP collector that each sandbox's custodian relays its harness's traces to "
+        "(docs/tracing.md)",
     )
 
 

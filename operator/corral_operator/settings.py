@@ -147,8 +147,9 @@ class OperatorSettings:
     kube_ca_configmap: str | None = "kube-root-ca.crt"
     # The real model endpoint behind the custodian's proxy.
     model_upstream_url: str = "https://api.anthropic.com"
-    # Where each sandbox's harness sends its traces over OTLP/HTTP (docs/tracing.md); None: no
-    # traces leave the pod. Its address must be in the platform egress.
+    # The OTLP/HTTP collector each sandbox's custodian relays its harness's traces to
+    # (docs/tracing.md); None: no traces leave the pod. Behind the gateway the custodian's
+    # binding names it; without one, its address must be in the platform egress.
     otlp_endpoint: str | None = None
     # The model catalog overlay (docs/model-catalog.md): a ConfigMap of this name in the
     # Session's namespace (the chart creates one in each), key `models.json`, mounted into the

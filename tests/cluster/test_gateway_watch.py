@@ -8,6 +8,8 @@ and a podIP, a loopback address a test client then connects from.
 
 from __future__ import annotations
 
+import asyncio
+import hashlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -110,6 +112,16 @@ def set_status(plane: ControlPlane, namespace: str, name: str, phase: str, ip: s
     )
 
 
+def ready(plane: ControlPlane, namespace: str, name: str) -> None:
+    """The kubelet's Ready condition (a gateway replica the Service sends connections to)."""
+    plane.api_send(
+        "PATCH",
+        f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+        {"status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+        "application/merge-patch+json",
+    )
+
+
 def delete(plane: ControlPlane, namespace: str, name: str) -> None:
     plane.api_send(
         "DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", {"gracePeriodSeconds": 0}
@@ -196,5 +208,93 @@ def test_watch_binds_running_pods_and_a_reused_address_gets_only_its_own_rules(
         report = gateway.admin_get(f"/v1/egress?namespace={namespace}&session=s1").json()
         assert [(h["host"], h["decision"]) for h in report["hosts"]] == [("first.test", "allowed")]
         assert "corral_gateway_watch_restarts_total" in gateway.admin_get("/metrics").text
+    finally:
+        gateway.stop()
+
+
+def test_an_adoption_waits_until_every_replica_knows_the_new_binding(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """`egressrecords.await_binding`, as a warm pod's adoption calls it: the replicas are read
+    from the API (a gateway pod whose address and admin port are the gateway process's), and
+    each must map the address to the pod under the binding text with the given SHA-256."""
+    from corral_operator.egressrecords import await_binding
+    from corral_operator.kube import Kube
+    from corral_operator.settings import EgressGateway
+
+    token = gateway_token(control_plane, namespace, tmp_path)
+    gateway = start_gateway(
+        tmp_path,
+        [
+            "--kube-api", control_plane.server,
+            "--kube-token-file", str(token),
+            "--kube-ca-file", str(control_plane.ca_file),
+            "--namespace", namespace,
+        ],
+    )  # fmt: skip
+    replica = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gateway-0", "namespace": namespace, "labels": {"app": "gw"}},
+        "spec": {
+            "nodeSelector": {"corral.dev/no-node": "for-this-test"},
+            "containers": [
+                {
+                    "name": "gateway",
+                    "image": "corral/ignored:latest",
+                    "securityContext": RESTRICTED,
+                    "ports": [{"name": "admin", "containerPort": gateway.admin_port}],
+                }
+            ],
+        },
+    }
+    settings = EgressGateway(
+        address="198.18.0.10", port=3128, namespace=namespace, pod_labels={"app": "gw"}
+    )
+
+    def digest(manifest: dict[str, Any]) -> str:
+        text = manifest["metadata"]["annotations"]["corral.dev/egress-binding"]
+        return hashlib.sha256(text.encode()).hexdigest()
+
+    async def wait(uid: str, sha: str, timeout: float) -> str | None:
+        kube = await Kube.connect(str(control_plane.kubeconfig))
+        try:
+            return await await_binding(kube, settings, POD_IP, uid, sha, timeout=timeout)
+        finally:
+            await kube.close()
+
+    try:
+        claimed = pod("warm", namespace, "s1", "coder", [])
+        sandbox = control_plane.apply_object(claimed)
+        uid = sandbox["metadata"]["uid"]
+        set_status(control_plane, namespace, "warm", "Running", POD_IP)
+        # No replica runs yet: the wait says so rather than passing.
+        assert "no replica" in (asyncio.run(wait(uid, digest(claimed), 0.3)) or "")
+        control_plane.apply_object(replica)
+        set_status(control_plane, namespace, "gateway-0", "Running", "127.0.0.1")
+        # Running but not Ready: the Service sends it nothing, so it is not waited for.
+        assert "no replica" in (asyncio.run(wait(uid, digest(claimed), 0.3)) or "")
+        ready(control_plane, namespace, "gateway-0")
+        # A second replica that is not Ready (starting, or leaving after a scale-down) and
+        # answers nowhere does not hold the adoption up.
+        unready = json.loads(json.dumps(replica))
+        unready["metadata"]["name"] = "gateway-1"
+        control_plane.apply_object(unready)
+        set_status(control_plane, namespace, "gateway-1", "Running", "127.0.0.99")
+        assert asyncio.run(wait(uid, digest(claimed), 10)) is None
+
+        # Bound again (the checkout's rule gone): the old digest no longer holds, the new one does.
+        rebound = pod("warm", namespace, "s1", "coder", [{"host": "pypi.org", "ports": []}])
+        control_plane.api_send(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/warm",
+            {"metadata": {"annotations": rebound["metadata"]["annotations"]}},
+            "application/merge-patch+json",
+        )
+        assert asyncio.run(wait(uid, digest(rebound), 10)) is None
+        stale = asyncio.run(wait(uid, digest(claimed), 0.3))
+        assert stale is not None and "gateway-0" in stale
+        # Another pod's uid on the address is not this pod's binding.
+        assert asyncio.run(wait("another-uid", digest(rebound), 0.3)) is not None
     finally:
         gateway.stop()

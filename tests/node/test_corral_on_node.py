@@ -722,3 +722,94 @@ def test_symlinks_to_the_custodians_files_leak_nothing_through_push_or_delivery(
     for secret in secrets:
         for form in (secret, base64.b64encode(secret.encode()).decode(), secret.encode().hex()):
             assert form not in seen, "a credential of the custodian crossed over"
+
+
+# ------------------------------------------------------------------------- warm pools
+
+
+def test_a_warm_pod_adopted_behind_the_gateway_checks_out_delivers_and_keeps_the_git_host_shut(
+    corral: Corral, attack: Attack
+) -> None:
+    """A pooled pod is unknown to the gateway until adopted; the adoption binds it (the git
+    host open to the checkout alone), hands the custodian its Session's proxy credential, and
+    binds it again before the first turn: the agent's shell then reaches its Agent's host, not
+    the git host, and the custodian delivers through the gateway."""
+    agent_name, name = "pooled", "adopted"
+    git = corral.git_url.removeprefix("git://").split("/", 1)[0]
+    probe = 'python3 -c "$PROBE"'
+    command = "\n".join(
+        [
+            "PROBE=$(cat <<'PY'", _corral.PROBE.strip(), "PY", ")",
+            f"echo \"GIT $({probe} connect {git} 2>&1)\"",
+            f"echo \"WELCOME $({probe} connect {corral.welcome} 2>&1)\"",
+            "cd /workspace && echo warm > warm.txt && git add warm.txt",
+            "git -c user.name=a -c user.email=a@a commit -qm warm && echo committed",
+        ]
+    )  # fmt: skip
+    corral.load_script(
+        {
+            "conversations": {
+                name: [
+                    {"tool_use": {"name": "bash", "input": {"command": command}}},
+                    {"text": "Done warm."},
+                ]
+            }
+        }
+    )
+    agent = _corral.agent_doc(
+        sandbox={
+            "egress": [{"host": _corral.WELCOME_HOST, "ports": [corral.welcome_port]}],
+            "warmPool": {"size": 1},
+        }
+    )
+    agent["metadata"]["name"] = agent_name
+    corral.apply(agent)
+    selector = f"corral.dev/pool={agent_name},app.kubernetes.io/component=pool"
+
+    def ready_pooled() -> str | None:
+        pods = json.loads(
+            corral.kubectl("get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "json").stdout
+        )["items"]
+        for pod in pods:
+            conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions", [])}
+            if conditions.get("Ready") == "True":
+                return str(pod["metadata"]["name"])
+        return None
+
+    pooled = _corral.wait_for("a ready pooled pod", ready_pooled, 180)
+    before = corral.get("pod", pooled) or {}
+    # Unknown to the gateway until adopted: no label, no binding.
+    assert "corral.dev/egress" not in before["metadata"].get("labels", {})
+    assert "corral.dev/egress-binding" not in before["metadata"].get("annotations", {})
+
+    session = _corral.session_doc(name, corral.git_url, task="Deliver from a warm pod.")
+    session["spec"]["agentRef"] = agent_name
+    corral.apply(session)
+    status = corral.wait_phase(name, {"Succeeded", "Failed"}, timeout=240)
+    assert status["phase"] == "Succeeded", corral.diagnose(name)
+    if status.get("podName") != pooled:
+        operator = corral.kubectl(
+            "logs", "-n", _corral.OPERATOR_NAMESPACE,
+            "-l", "app.kubernetes.io/name=corral-operator", "--tail", "-1", check=False,
+        ).stdout  # fmt: skip
+        lines = [line for line in operator.splitlines() if "adopt" in line or "pool" in line]
+        pytest.fail(
+            f"not adopted: {status.get('podName')}; the operator said:\n" + "\n".join(lines)
+        )
+    results = "\n".join(corral.tool_results(name))
+    assert "GIT refused 403" in results, results  # the checkout's rule is gone
+    assert "WELCOME reached tunnel hello" in results, results
+    assert "committed" in results, results
+    delivery = status["delivery"]
+    assert delivery["state"] == "Delivered", delivery
+    remote = corral.work / "repos" / "work" / "repo"
+    head = subprocess.run(
+        ["git", "-C", str(remote), "rev-parse", f"refs/heads/corral/{name}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert head == delivery["revision"]
+    bound = json.loads(
+        (corral.get("pod", pooled) or {})["metadata"]["annotations"]["corral.dev/egress-binding"]
+    )
+    assert bound["session"] == name and bound["checkoutRules"] == [], bound
+    assert bound["credentialSha256"], bound

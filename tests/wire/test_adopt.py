@@ -8,7 +8,9 @@ against the scripted model, in the repository the adopt checked out.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import json
 import os
 import secrets
 import signal
@@ -175,8 +177,10 @@ def test_a_failed_checkout_spends_the_key(pooled: tuple[Harness, str], tmp_path:
 # ------------------------------------------------------------------------------ custodian
 
 
-@pytest.fixture
-def pooled_custodian(tmp_path: Path, model: Model) -> Iterator[tuple[str, str, str]]:
+@contextlib.contextmanager
+def _pooled_custodian(
+    tmp_path: Path, upstream: str, extra_env: dict[str, str] | None = None
+) -> Iterator[tuple[str, str, str]]:
     key = secrets.token_urlsafe(32)
     port, op_port = free_port(), free_port()
     env = {
@@ -184,9 +188,10 @@ def pooled_custodian(tmp_path: Path, model: Model) -> Iterator[tuple[str, str, s
         "CORRAL_CUSTODIAN_ADDR": f"127.0.0.1:{port}",
         "CORRAL_CUSTODIAN_OPERATOR_ADDR": f"127.0.0.1:{op_port}",
         "CORRAL_STATE_DIR": str(tmp_path / "custodian"),
-        "CORRAL_UPSTREAM_URL": model.url,
+        "CORRAL_UPSTREAM_URL": upstream,
         "ANTHROPIC_API_KEY": "sk-scripted",
         "CORRAL_ADOPT_KEY_SHA256": _digest(key),
+        **(extra_env or {}),
     }
     log = (tmp_path / "custodian.log").open("wb")
     proc = subprocess.Popen(
@@ -194,18 +199,26 @@ def pooled_custodian(tmp_path: Path, model: Model) -> Iterator[tuple[str, str, s
     )
     url, op_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{op_port}"
     deadline = time.monotonic() + 20
-    while True:
-        assert proc.poll() is None, (tmp_path / "custodian.log").read_text()
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, "the pooled custodian did not become ready"
-        time.sleep(0.05)
-    yield url, op_url, key
-    proc.send_signal(signal.SIGTERM)
-    proc.wait(10)
+    try:
+        while True:
+            assert proc.poll() is None, (tmp_path / "custodian.log").read_text()
+            try:
+                if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "the pooled custodian did not become ready"
+            time.sleep(0.05)
+        yield url, op_url, key
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+
+
+@pytest.fixture
+def pooled_custodian(tmp_path: Path, model: Model) -> Iterator[tuple[str, str, str]]:
+    with _pooled_custodian(tmp_path, model.url) as started:
+        yield started
 
 
 def test_a_pooled_custodian_refuses_everything_until_adopted_and_a_second_adopt(
@@ -251,3 +264,80 @@ def test_a_pooled_custodian_refuses_everything_until_adopted_and_a_second_adopt(
         f"{url}/v1/messages", json=body, headers={"x-api-key": credential}, timeout=30
     )
     assert answered.status_code == 200, answered.text
+
+
+def _custodian_adopt(egress_credential: str | None) -> tuple[dict[str, Any], str]:
+    credential = secrets.token_urlsafe(32)
+    request = CustodianAdoptRequest(
+        wireToken=secrets.token_urlsafe(32),
+        custodianCredential=credential,
+        session=AdoptedSession(name="s1", namespace="team", uid="uid-1"),
+        agentName="coder",
+        agent=AGENT,  # type: ignore[arg-type]
+        branch="corral/s1",
+        gitRemoteUrl="https://example.invalid/r.git",
+        egressCredential=egress_credential,
+    ).model_dump(mode="json", by_alias=True)
+    return request, credential
+
+
+def test_behind_the_gateway_the_adopt_hands_the_custodian_its_proxy_credential(
+    tmp_path: Path, model: Model
+) -> None:
+    """A pooled pod's custodian knows the gateway (the pod's) but holds no proxy credential
+    until the adopt delivers the Session's: its model requests then leave through the real
+    gateway as the custodian's identity. An adopt without one is refused, naming why."""
+    from ._gateway import binding, start_gateway, write_bindings
+
+    egress = secrets.token_urlsafe(32)
+    model_port = int(model.url.rsplit(":", 1)[1].rstrip("/"))
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1 model.test\n")
+    bindings = tmp_path / "bindings.json"
+    rule = {"host": "model.test", "ports": [model_port], "methods": ["POST"], "private": True}
+    bound = binding(
+        namespace="team", session="s1", agent="coder", credential=egress, custodian_rules=[rule]
+    )
+    write_bindings(bindings, [("127.0.0.1", "uid-pod", bound)])
+    gateway = start_gateway(
+        tmp_path / "gw", ["--bindings-file", str(bindings), "--hosts-file", str(hosts)]
+    )
+    upstream = f"http://model.test:{model_port}"
+    try:
+        for given, ok in ((None, False), (egress, True)):
+            state = tmp_path / ("with" if ok else "without")
+            state.mkdir()
+            with _pooled_custodian(state, upstream, {"CORRAL_EGRESS_PROXY": gateway.proxy_url}) as (
+                url,
+                op_url,
+                key,
+            ):
+                request, credential = _custodian_adopt(given)
+                adopted = _adopt(f"{op_url}/v1/adopt", key, request)
+                if not ok:
+                    assert adopted.status_code == 400, adopted.text
+                    assert "CORRAL_EGRESS_CREDENTIAL_FILE" in adopted.json()["reason"]
+                    continue
+                assert adopted.status_code == 200, adopted.text
+                model.script("c-egress", [{"text": "through the gateway"}])
+                body = {
+                    "model": "corral-scripted",
+                    "max_tokens": 64,
+                    "messages": [{"role": "user", "content": "hi"}],
+                }
+                answered = httpx.post(
+                    f"{url}/v1/messages", json=body, headers={"x-api-key": credential}, timeout=30
+                )
+                assert answered.status_code == 200, answered.text
+        decisions = [d for d in gateway.decisions() if d.get("host") == "model.test"]
+        assert decisions and all(d["decision"] == "allowed" for d in decisions), decisions
+        assert {d["identity"] for d in decisions} == {"custodian"}
+        # The credential never reaches a log in clear.
+        for log in tmp_path.rglob("custodian.log"):
+            assert egress not in log.read_text()
+        assert (
+            json.dumps(egress)[1:-1]
+            not in (tmp_path / "gw").joinpath(f"gateway-{gateway.proxy_port}.out").read_text()
+        )
+    finally:
+        gateway.stop()

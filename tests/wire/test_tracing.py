@@ -1,86 +1,73 @@
-"""Traces through the wire: the real harness process exports its spans over OTLP/HTTP to a
-receiver this test runs (docs/tracing.md)."""
+"""Traces through the wire, as in a sandbox pod: the real harness process exports its spans to
+the real custodian's relay (the pod-local credential as bearer), and the custodian posts them
+on to an OTLP/HTTP collector this test runs, whose address only the custodian was given
+(docs/tracing.md). The custodian is the harness's Menu and model proxy too; the scripted model
+is its upstream."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
-from starlette.routing import Route
 
 from corral_harness.telemetry import trace_id_of
+from tests.unit.custodian._custodian_proc import Custodian, running_custodian
 
-from ._rig import AGENT, Harness, Model, serve
+from ._collector import PROTOBUF, Collector, running_collector
+from ._rig import AGENT, Harness, Model
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = pytest.mark.timeout(90)
 
-
-class Collector:
-    """An OTLP/HTTP trace receiver: keeps every span it is sent, attributes decoded."""
-
-    def __init__(self) -> None:
-        self.spans: list[dict[str, Any]] = []
-        self.app = Starlette(routes=[Route("/v1/traces", self._traces, methods=["POST"])])
-
-    async def _traces(self, request: Request) -> Response:
-        export = ExportTraceServiceRequest()
-        export.ParseFromString(await request.body())
-        for resource_spans in export.resource_spans:
-            for scope_spans in resource_spans.scope_spans:
-                for span in scope_spans.spans:
-                    self.spans.append(
-                        {
-                            "name": span.name,
-                            "trace_id": int.from_bytes(span.trace_id, "big"),
-                            "span_id": span.span_id,
-                            "parent": span.parent_span_id,
-                            "attributes": {a.key: _value(a.value) for a in span.attributes},
-                        }
-                    )
-        return Response(b"", media_type="application/x-protobuf")
-
-    def wait(self, name: str, timeout: float = 10) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            found = [s for s in self.spans if s["name"] == name]
-            if found:
-                return found
-            time.sleep(0.05)
-        raise AssertionError(f"no {name} span; got {[s['name'] for s in self.spans]}")
+CREDENTIAL = "pod-local-credential-for-traces-0123"
 
 
-def _value(value: Any) -> Any:
-    kind = value.WhichOneof("value")
-    if kind == "array_value":
-        return [_value(v) for v in value.array_value.values]
-    return getattr(value, kind) if kind else None
+@dataclass
+class Relay:
+    collector: Collector
+    custodian: Custodian
+    credential_file: Path
 
 
 @pytest.fixture
-def collector() -> Iterator[tuple[Collector, str]]:
-    receiver = Collector()
-    url, server = serve(receiver.app)
-    yield receiver, url
-    server.should_exit = True
+def relay(tmp_path: Path, model: Model) -> Iterator[Relay]:
+    credential = tmp_path / "pod-credential"
+    credential.write_text(CREDENTIAL + "\n")
+    with running_collector() as collector:
+        env = {
+            "CORRAL_UPSTREAM_URL": model.url,
+            "ANTHROPIC_API_KEY": "sk-ant-only-in-the-custodian-0042",
+            "CORRAL_AGENT_SPEC_JSON": json.dumps(AGENT),
+            "CORRAL_STATE_DIR": str(tmp_path / "custodian-state"),
+            "CORRAL_CUSTODIAN_CREDENTIAL_FILE": str(credential),
+            "CORRAL_OTLP_ENDPOINT": collector.url,
+        }
+        with running_custodian(env, tmp_path / "custodian.log") as custodian:
+            yield Relay(collector, custodian, credential)
 
 
-def test_spans_of_the_turn_each_model_call_and_each_tool_reach_the_collector(
-    fresh_harness: Harness, model: Model, conv: str, collector: tuple[Collector, str]
-) -> None:
-    receiver, url = collector
-    fresh_harness.extra_env.update(
-        OTEL_EXPORTER_OTLP_ENDPOINT=url, OTEL_BSP_SCHEDULE_DELAY="50", OTEL_SERVICE_NAME="harness"
+def behind(harness: Harness, relay: Relay, **env: str) -> Harness:
+    """`harness` as the operator sets it up: the custodian is its model, Menu and relay, and
+    nothing names the collector."""
+    harness.model_url = harness.menu_url = relay.custodian.url
+    harness.extra_env.update(
+        CORRAL_CUSTODIAN_CREDENTIAL_FILE=str(relay.credential_file),
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=f"{relay.custodian.url}/otlp/v1/traces",
+        OTEL_BSP_SCHEDULE_DELAY="50",
+        **env,
     )
-    fresh_harness.start()
+    return harness
+
+
+def test_spans_of_the_turn_each_model_call_and_each_tool_reach_the_collector_through_the_relay(
+    fresh_harness: Harness, model: Model, conv: str, relay: Relay
+) -> None:
+    receiver = relay.collector
+    behind(fresh_harness, relay, OTEL_SERVICE_NAME="harness").start()
     model.script(
         conv,
         [
@@ -119,14 +106,22 @@ def test_spans_of_the_turn_each_model_call_and_each_tool_reach_the_collector(
     assert tool["attributes"]["gen_ai.tool.name"] == "bash"
     assert tool["attributes"]["gen_ai.operation.name"] == "execute_tool"
     assert tool["attributes"]["gen_ai.tool.call.id"]
+    # The custodian posted them (its httpx, not the harness's exporter), as protobuf, and the
+    # pod-local credential the harness presented stopped at the custodian.
+    assert receiver.exports and all(e.path == "/v1/traces" for e in receiver.exports)
+    for export in receiver.exports:
+        assert export.headers["content-type"] == PROTOBUF
+        assert export.headers["user-agent"].startswith("python-httpx/"), export.headers
+        assert "authorization" not in export.headers
+        assert CREDENTIAL not in json.dumps(export.headers)
+    assert "traces reach the collector" in relay.custodian.log.read_text()
 
 
 def test_a_failed_run_marks_its_span_with_the_error_type(
-    fresh_harness: Harness, model: Model, conv: str, collector: tuple[Collector, str]
+    fresh_harness: Harness, model: Model, conv: str, relay: Relay
 ) -> None:
-    receiver, url = collector
-    fresh_harness.extra_env.update(OTEL_EXPORTER_OTLP_ENDPOINT=url, OTEL_BSP_SCHEDULE_DELAY="50")
-    fresh_harness.start()
+    receiver = relay.collector
+    behind(fresh_harness, relay).start()
     model.script(conv, [{"tool_use": {"name": "bash", "input": {"command": "echo 1"}}}, "no"])
     spec = {**AGENT, "limits": {"maxStepsPerTurn": 1}}
     model.script(

@@ -78,6 +78,7 @@ func (s *Server) binding(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, map[string]any{
 		"uid": b.UID, "namespace": b.Namespace, "session": b.Session, "agent": b.Agent, "custodian": b.HasCustodian(),
+		"digest": b.Digest,
 	})
 }
 

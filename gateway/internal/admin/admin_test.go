@@ -69,6 +69,11 @@ func TestAdminEndpoints(t *testing.T) {
 	if code, body := get("/v1/bindings?ip=198.18.0.5"); code != 200 || !strings.Contains(body, `"custodian":false`) {
 		t.Errorf("binding: %d %s", code, body)
 	}
+	// The digest is the annotation text's SHA-256: what the operator compares before it lets a
+	// re-bound (adopted) pod act.
+	if _, body := get("/v1/bindings?ip=198.18.0.5"); !strings.Contains(body, `"digest":"`+b.Digest+`"`) || len(b.Digest) != 64 {
+		t.Errorf("digest missing: %s (want %s)", body, b.Digest)
+	}
 	if code, _ := get("/v1/bindings?ip=198.18.0.6"); code != 404 {
 		t.Errorf("unknown binding: %d", code)
 	}

@@ -35,6 +35,9 @@ type Binding struct {
 	AgentRules       []policy.Rule
 	CustodianRules   []policy.Rule
 	CheckoutRules    []policy.Rule
+	// Digest is the SHA-256 of the annotation text as read: the operator waits for it before
+	// it lets a re-bound pod act on the new binding (a warm pod's adoption).
+	Digest string
 }
 
 // HasCustodian: a credential exists to present.
@@ -67,7 +70,9 @@ func Parse(uid string, data []byte) (*Binding, error) {
 	if d := a.CredentialSHA256; d != "" && !isHexDigest(d) {
 		return nil, errors.New("credentialSha256 is not a SHA-256 hex digest")
 	}
-	b := &Binding{UID: uid, Namespace: a.Namespace, Session: a.Session, Agent: a.Agent, CredentialSHA256: a.CredentialSHA256}
+	sum := sha256.Sum256(data)
+	b := &Binding{UID: uid, Namespace: a.Namespace, Session: a.Session, Agent: a.Agent,
+		CredentialSHA256: a.CredentialSHA256, Digest: hex.EncodeToString(sum[:])}
 	var err error
 	if b.AgentRules, err = policy.ParseRules(a.AgentRules); err != nil {
 		return nil, fmt.Errorf("agentRules: %w", err)

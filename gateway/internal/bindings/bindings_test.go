@@ -31,6 +31,9 @@ func TestParse(t *testing.T) {
 	if err != nil || b.Session != "s1" || len(b.AgentRules) != 1 || b.HasCustodian() {
 		t.Fatalf("%+v %v", b, err)
 	}
+	if sum := sha256.Sum256([]byte(annotationFor("s1", `[{"host":"pypi.org","ports":[]}]`))); b.Digest != hex.EncodeToString(sum[:]) {
+		t.Fatalf("digest %q is not the annotation's SHA-256", b.Digest)
+	}
 	for _, bad := range []string{
 		`{}`, `not json`, strings.Replace(annotationFor("s", "[]"), `"v":1`, `"v":2`, 1),
 		annotationFor("s", `[{"host":"a b"}]`),

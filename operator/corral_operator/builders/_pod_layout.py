@@ -20,6 +20,9 @@ GIT_CREDENTIALS_DIR = "/var/run/corral/git"
 HOOK_SECRET_DIR = "/var/run/corral/hooks"  # credentials.hookSecretRef: http hooks' headers
 MEMORY_DIR = "/var/run/corral/memory"  # the memory store's DSN, for the custodian alone
 MEMORY_DSN_KEY = "memory-dsn"
+# Behind the egress gateway, the custodian's forwarder of the memory database listens here:
+# under its own state volume, which no other container mounts (_pgforward.py).
+MEMORY_SOCKET_DIR = f"{CUSTODIAN_STATE_MOUNT}/memory-socket"
 KUBE_TOKEN_DIR = "/var/run/corral/kube"
 # The custodian's proxy credential for the egress gateway: one key of the Session's Secret,
 # mounted in the custodian alone; the checkout reads it from a variable (docs/egress.md).

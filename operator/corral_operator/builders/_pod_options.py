@@ -20,6 +20,7 @@ from ._pod_layout import (
     HOOK_SECRET_DIR,
     MEMORY_DIR,
     MEMORY_DSN_KEY,
+    MEMORY_SOCKET_DIR,
     MODEL_CATALOG_DIR,
     MODEL_CATALOG_KEY,
     MODEL_KEY_DIR,
@@ -58,17 +59,22 @@ def pod_additions(
     if credentials.hook_secret_ref:
         _add_hook_secret(added, credentials.hook_secret_ref)
     if settings.memory_dsn:
-        _add_memory(added, wire_secret)
+        _add_memory(added, settings, wire_secret)
     if settings.log_format != "text":
         # The harness and the custodian log as the operator does (docs/observability.md).
         added.harness_env.append(env(LOG_FORMAT_ENV, settings.log_format))
         added.custodian_env.append(env(LOG_FORMAT_ENV, settings.log_format))
     if settings.otlp_endpoint:
         # Traces of each run leave over OTLP (docs/tracing.md); unset, the SDK is not loaded.
+        # One path, gateway or not: the harness exports to its custodian's relay (with the
+        # pod-local credential), the custodian alone to the collector (through the gateway
+        # with the Session's proxy credential when there is one). The relay's URL builds on
+        # the harness's CORRAL_CUSTODIAN_URL, listed before it (a dependent variable).
         added.harness_env += [
-            env("OTEL_EXPORTER_OTLP_ENDPOINT", settings.otlp_endpoint),
+            env("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "$(CORRAL_CUSTODIAN_URL)/otlp/v1/traces"),
             env("OTEL_SERVICE_NAME", "corral-harness"),
         ]
+        added.custodian_env.append(env("CORRAL_OTLP_ENDPOINT", settings.otlp_endpoint))
     if settings.model_catalog_configmap:
         _add_model_catalog(added, settings.model_catalog_configmap)
     if settings.egress_gateway is not None:
@@ -81,7 +87,11 @@ def _add_egress(added: PodAdditions, settings: OperatorSettings, wire_secret: st
     # variables, without a credential (the agent's identity); the custodian's credential is
     # one item of the Session's Secret, in the custodian alone, and the checkout (which runs
     # before the agent's container starts) gets it as a variable for its clone.
-    added.tools_env += proxy_env(proxy_url(settings))
+    # git:// remotes tunnel through CONNECT too (a warm pod's adopt runs its checkout here).
+    added.tools_env += [
+        *proxy_env(proxy_url(settings)),
+        env("GIT_PROXY_COMMAND", GIT_PROXY_COMMAND),
+    ]
     added.volumes.append(
         {
             "name": "egress",
@@ -152,9 +162,12 @@ def _add_hook_secret(added: PodAdditions, ref: SecretRef) -> None:
     added.custodian_env.append(env("CORRAL_HOOK_SECRET_DIR", HOOK_SECRET_DIR))
 
 
-def _add_memory(added: PodAdditions, wire_secret: str) -> None:
+def _add_memory(added: PodAdditions, settings: OperatorSettings, wire_secret: str) -> None:
     # Long-term memory (docs/memory.md): the DSN's one item of the Session's Secret, in the
-    # custodian only; the harness's view of that Secret lists its two keys alone.
+    # custodian only; the harness's view of that Secret lists its two keys alone. Behind the
+    # egress gateway the custodian forwards the database through a Unix socket in its own
+    # state volume, which no other container mounts: on loopback, the tools container (same
+    # network namespace) could reach the database without the proxy credential.
     added.volumes.append(
         {
             "name": "memory",
@@ -167,6 +180,8 @@ def _add_memory(added: PodAdditions, wire_secret: str) -> None:
     )
     added.custodian_mounts.append(mount("memory", MEMORY_DIR, read_only=True))
     added.custodian_env.append(env("CORRAL_MEMORY_DSN_FILE", f"{MEMORY_DIR}/dsn"))
+    if settings.egress_gateway is not None:
+        added.custodian_env.append(env("CORRAL_MEMORY_SOCKET_DIR", MEMORY_SOCKET_DIR))
 
 
 def _add_model_catalog(added: PodAdditions, configmap: str) -> None:

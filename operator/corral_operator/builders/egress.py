@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import ipaddress
 import json
+import shlex
 import urllib.parse
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -90,6 +91,30 @@ def url_rule(url: str, *, private: bool) -> dict[str, Any] | None:
     return {"host": parts.hostname, "ports": [port], "private": private}
 
 
+def dsn_rule(dsn: str) -> dict[str, Any] | None:
+    """The rule that reaches a PostgreSQL DSN's host, as a URL (`postgresql://...`) or in
+    libpq's `key=value` form; None for a DSN without a host or with a socket directory."""
+    if "://" in dsn:
+        return url_rule(dsn, private=True)
+    fields: dict[str, str] = {}
+    try:
+        words = shlex.split(dsn)
+    except ValueError:
+        return None  # libpq refuses it too
+    for word in words:
+        key, sep, value = word.partition("=")
+        if sep:
+            fields[key.strip()] = value
+    host = fields.get("host", "").split(",")[0]
+    if not host or host.startswith("/"):
+        return None
+    try:
+        port = int(fields.get("port", "").split(",")[0] or 5432)
+    except ValueError:
+        return None
+    return {"host": host, "ports": [port], "private": True}
+
+
 def _scp_host(url: str) -> str | None:
     """`git@host:path`, git's scp-like ssh form: its host."""
     if "://" in url or ":" not in url or url.startswith("/"):
@@ -112,7 +137,7 @@ def custodian_rules(
     if settings.otlp_endpoint:
         rules.append(url_rule(settings.otlp_endpoint, private=True))
     if settings.memory_dsn:
-        rules.append(url_rule(settings.memory_dsn, private=True))
+        rules.append(dsn_rule(settings.memory_dsn))
     rules.extend(platform_rule(t) for t in settings.platform_egress)
     if repo:
         rules.append(url_rule(repo, private=False))

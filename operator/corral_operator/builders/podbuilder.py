@@ -389,16 +389,39 @@ def _egress_binding(
     agent: Agent, facts: SessionFacts, settings: OperatorSettings, credential: str | None
 ) -> dict[str, str]:
     """The gateway's binding of this pod: none without a gateway."""
+    return session_binding(
+        agent, facts.namespace, facts.name, facts.repo, settings, credential,
+        pod=naming.pod_name(facts.name), agent_name=facts.agent_name,
+    )  # fmt: skip
+
+
+def session_binding(
+    agent: Agent,
+    namespace: str,
+    session: str,
+    repo: str | None,
+    settings: OperatorSettings,
+    credential: str | None,
+    *,
+    pod: str,
+    agent_name: str,
+    checkout: bool = False,
+) -> dict[str, str]:
+    """The annotations binding `pod` to Session `session` at the gateway (none without one).
+    With `checkout`, the agent's identity may also reach the git host: a pooled pod's checkout
+    runs in its tools container, without the custodian's credential, during its adoption
+    (before any turn), and the adoption binds the pod again without it (docs/egress.md)."""
     if settings.egress_gateway is None:
         return {}
     return egress.binding(
-        namespace=facts.namespace,
-        pod=naming.pod_name(facts.name),
-        session=facts.name,
-        agent=facts.agent_name,
+        namespace=namespace,
+        pod=pod,
+        session=session,
+        agent=agent_name,
         credential=credential,
         agent_rules=[egress.rule_of(r) for r in agent.spec.sandbox.egress],
-        custodian=egress.custodian_rules(agent, facts.repo, settings),
+        custodian=egress.custodian_rules(agent, repo, settings),
+        checkout=egress.checkout_rules(repo) if checkout else (),
         key=settings.egress_gateway.binding_key,
     )
 

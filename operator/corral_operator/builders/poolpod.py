@@ -48,8 +48,13 @@ _SESSION_ENV = frozenset(
         "CORRAL_BUDGET_TOKENS",
         "CORRAL_BUDGET_COST",
         "CORRAL_MODEL_OVERRIDE",
+        "CORRAL_EGRESS_CREDENTIAL_FILE",
+        "CORRAL_MEMORY_DSN_FILE",
     }
 )
+# Volumes of the Session's Secret: the wire's, the egress gateway's proxy credential and the
+# memory database's DSN (the adopt hands the custodian both).
+_SESSION_VOLUMES = frozenset({"wire", "egress", "memory"})
 # Only for building the cold pod this one is derived from; never left in the result.
 _PLACEHOLDER_UID = "00000000-pool-placeholder"
 _PLACEHOLDER_REPO = "/pool-placeholder.git"
@@ -148,13 +153,17 @@ def build_pool_pod(
     spec = pod["spec"]
     spec["initContainers"] = [c for c in spec["initContainers"] if c["name"] != "checkout"]
     # The checkout's HOME goes with it (an adopt's checkout runs in the tools container).
-    spec["volumes"] = [v for v in spec["volumes"] if v["name"] not in ("wire", "checkout-home")]
+    spec["volumes"] = [
+        v for v in spec["volumes"] if v["name"] not in (*_SESSION_VOLUMES, "checkout-home")
+    ]
     digests = {
         "harness": hashlib.sha256(harness_key.encode()).hexdigest(),
         "custodian": hashlib.sha256(custodian_key.encode()).hexdigest(),
     }
     for container in spec["containers"]:
-        container["volumeMounts"] = [m for m in container["volumeMounts"] if m["name"] != "wire"]
+        container["volumeMounts"] = [
+            m for m in container["volumeMounts"] if m["name"] not in _SESSION_VOLUMES
+        ]
         if container["name"] in digests:
             env = [e for e in container.get("env", []) if e["name"] not in _SESSION_ENV]
             if container["name"] == "harness":

@@ -57,9 +57,7 @@ async def reconcile_pool(rt: Runtime, namespace: str, agent_name: str) -> None:
     lock = _locks.setdefault((namespace, agent_name), asyncio.Lock())
     async with lock:
         body = await rt.kube.get(corral_path("Agent", namespace, agent_name))
-        # Behind the egress gateway a pooled pod cannot yet be adopted (its custodian's proxy
-        # credential does not arrive with the adoption): no pool, every pod cold.
-        size = pool_size(body) if rt.settings.egress_gateway is None else 0
+        size = pool_size(body)
         pods = await rt.kube.list(
             collection_path("v1", "Pod", namespace),
             f"{LABEL_POOL}={naming.label_value(agent_name)}",

@@ -116,17 +116,24 @@ def warm_refusal(agent: Agent, session: Session) -> str | None:
 
 
 def claim_patch(
-    pod: dict[str, Any], session_labels: dict[str, str], owner: dict[str, Any]
+    pod: dict[str, Any],
+    session_labels: dict[str, str],
+    owner: dict[str, Any],
+    annotations: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The merge patch that makes a pooled pod the Session's: its labels (so the Session's
-    NetworkPolicy selects it and the pool's no longer does) and its controller. The pod's
-    resourceVersion makes it a compare-and-swap: two Sessions cannot claim the same pod."""
+    NetworkPolicy selects it and the pool's no longer does), its controller and, behind the
+    egress gateway, its binding. The pod's resourceVersion makes it a compare-and-swap: two
+    Sessions cannot claim the same pod."""
     md = pod["metadata"]
     labels = {**(md.get("labels") or {}), **session_labels}
-    return {
+    patch: dict[str, Any] = {
         "metadata": {
             "resourceVersion": md["resourceVersion"],
             "labels": labels,
             "ownerReferences": [owner],
         }
     }
+    if annotations:
+        patch["metadata"]["annotations"] = dict(annotations)
+    return patch

@@ -6,12 +6,20 @@ policy now selects it, the pool's no longer does), then hands the custodian and 
 their Session through their adopt endpoints with the pod's one-time keys (spent by that adopt;
 their Secret goes with the pod). Any failure deletes the pod and the Session tries the next,
 then a cold pod. The pool itself is kept by its handlers (`handlers.pool`).
+
+Behind the egress gateway (docs/egress.md) a pooled pod is unknown to the gateway (no binding:
+nothing leaves it). The claim writes its Session's binding, with the git host open to the
+agent's identity for the checkout the harness's adopt runs in the tools container; the adopts
+go out only once every gateway replica knows that binding, and hand the custodian its
+Session's proxy credential. Then the pod is bound again without the checkout's rule, and the
+Session goes on only once every replica knows that too: no turn runs under the first binding.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import logging
 import time
 from typing import Any
@@ -30,8 +38,10 @@ from corral_kube import Conflict, KubeError, NotFound
 
 from .. import naming
 from ..budgets import lowest
-from ..builders.podbuilder import owner_reference, resolve_repo, sandbox_labels
+from ..builders import egress
+from ..builders.podbuilder import owner_reference, resolve_repo, sandbox_labels, session_binding
 from ..builders.poolpod import CUSTODIAN_KEY, HARNESS_KEY, LABEL_POOL, agent_digest, key_secret_name
+from ..egressrecords import await_binding
 from ..kube import collection_path, object_path
 from ..planning.pool import adoptable, claim_patch, warm_refusal
 from ..runtime import Runtime
@@ -53,14 +63,18 @@ async def adopt_pooled_pod(
     wire_token: str,
     custodian_credential: str,
     budget: Budget | None,
+    egress_credential: str | None = None,
 ) -> str | None:
     """Adopt a pooled pod for `session`; its name, or None when the Session needs a cold pod.
 
     Call only once the Session's Secret and NetworkPolicy exist: the claim relabels the pod
-    into that policy before it holds anything of the Session's.
+    into that policy before it holds anything of the Session's. Behind the egress gateway,
+    `egress_credential` is the one the Session's Secret holds.
     """
-    if warm_refusal(agent, session) is not None or rt.settings.egress_gateway is not None:
+    if warm_refusal(agent, session) is not None:
         return None
+    if rt.settings.egress_gateway is not None and egress_credential is None:
+        return None  # nothing to hand the custodian: its requests could not leave
     md = session.metadata
     name, namespace = str(md["name"]), str(md["namespace"])
     agent_name = str(agent.metadata["name"])
@@ -70,15 +84,19 @@ async def adopt_pooled_pod(
     started = time.monotonic()
     for pod in adoptable(pods, agent_digest(agent, rt.settings)):
         pod_name = str(pod["metadata"]["name"])
-        keys = await _claim(rt, pod, session)
+        binding = _Binding(rt, agent, session, pod, egress_credential)
+        keys = await _claim(rt, pod, session, binding.annotations(checkout=True))
         if keys is None:
             continue
         claimed = time.monotonic()
         try:
+            await binding.known(checkout=True)
             told = adopt_requests(
-                rt.settings, agent, session, wire_token, custodian_credential, budget
-            )
+                rt.settings, agent, session, wire_token, custodian_credential, budget,
+                egress_credential,
+            )  # fmt: skip
             await _hand_over(rt, pod, keys, *told)
+            await binding.rebind()
         except (KubeError, httpx.HTTPError, AdoptRefused) as err:
             # The pod spent its keys (or may have): it serves no one now. Its key Secret is
             # the pod's: the garbage collector removes it with the pod.
@@ -93,7 +111,69 @@ async def adopt_pooled_pod(
     return None
 
 
-async def _claim(rt: Runtime, pod: dict[str, Any], session: Session) -> dict[str, Any] | None:
+class _Binding:
+    """A pooled pod's binding at the egress gateway through its adoption (nothing without a
+    gateway)."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        agent: Agent,
+        session: Session,
+        pod: dict[str, Any],
+        credential: str | None,
+    ) -> None:
+        self._rt, self._agent, self._session, self._pod = rt, agent, session, pod
+        self._credential = credential
+
+    def annotations(self, *, checkout: bool) -> dict[str, str]:
+        md, spec = self._session.metadata, self._session.spec
+        return session_binding(
+            self._agent,
+            str(md["namespace"]),
+            str(md["name"]),
+            resolve_repo(spec.workspace.repo, self._rt.settings.local_repo_root),
+            self._rt.settings,
+            self._credential,
+            pod=str(self._pod["metadata"]["name"]),
+            agent_name=spec.agent_ref,
+            checkout=checkout,
+        )
+
+    async def known(self, *, checkout: bool) -> None:
+        """Return once every gateway replica has the binding; AdoptRefused when one has not
+        within the wait."""
+        gateway = self._rt.settings.egress_gateway
+        if gateway is None:
+            return
+        text = self.annotations(checkout=checkout)[naming.ANNOTATION_EGRESS_BINDING]
+        why = await await_binding(
+            self._rt.kube,
+            gateway,
+            str(self._pod["status"]["podIP"]),
+            str(self._pod["metadata"]["uid"]),
+            hashlib.sha256(text.encode()).hexdigest(),
+        )
+        if why is not None:
+            raise AdoptRefused(why)
+
+    async def rebind(self) -> None:
+        """Bind the adopted pod without the checkout's rule, and wait until it holds."""
+        if self._rt.settings.egress_gateway is None:
+            return
+        md = self._pod["metadata"]
+        await self._rt.kube.request(
+            "PATCH",
+            object_path("v1", "Pod", str(md["namespace"]), str(md["name"])),
+            body={"metadata": {"annotations": self.annotations(checkout=False)}},
+            content_type="application/merge-patch+json",
+        )
+        await self.known(checkout=False)
+
+
+async def _claim(
+    rt: Runtime, pod: dict[str, Any], session: Session, binding: dict[str, str]
+) -> dict[str, Any] | None:
     """Relabel the pooled pod as the Session's; its key Secret, or None when the pod cannot
     be adopted (its keys are not stored, another Session took it first, or it went)."""
     md = session.metadata
@@ -102,11 +182,12 @@ async def _claim(rt: Runtime, pod: dict[str, Any], session: Session) -> dict[str
     if keys is None:
         return None  # its keys are not stored yet (or were lost): it cannot be adopted
     owner = owner_reference("Session", str(md["name"]), str(md["uid"]))
+    labels = {**sandbox_labels(session), **egress.egress_labels(rt.settings)}
     try:
         await rt.kube.request(
             "PATCH",
             object_path("v1", "Pod", namespace, pod_name),
-            body=claim_patch(pod, sandbox_labels(session), owner),
+            body=claim_patch(pod, labels, owner, binding),
             content_type="application/merge-patch+json",
         )
     except (NotFound, Conflict):
@@ -121,6 +202,7 @@ def adopt_requests(
     wire_token: str,
     credential: str,
     budget: Budget | None,
+    egress_credential: str | None = None,
 ) -> tuple[CustodianAdoptRequest, HarnessAdoptRequest]:
     """What the custodian and the harness of an adopted pod are told of their Session."""
     md = session.metadata
@@ -141,6 +223,8 @@ def adopt_requests(
         branch=spec.workspace.branch or naming.session_branch(name),
         gitRemoteUrl=repo,
         readOnly=spec.read_only,
+        egressCredential=egress_credential if settings.egress_gateway is not None else None,
+        memoryDsn=settings.memory_dsn,
     )
     harness = HarnessAdoptRequest(
         wireToken=wire_token,

@@ -93,8 +93,11 @@ async def create_sandbox(
         # binding must name the credential that Secret holds, not a new one.
         kept = await _kept_egress_credential(ctx, manifests.secret)
         if kept is not None and kept != egress_credential:
+            egress_credential = kept
             manifests = build(kept)
-    adopted = await adopt_pooled_pod(rt, the_agent, session, wire_token, credential, lineage.budget)
+    adopted = await adopt_pooled_pod(
+        rt, the_agent, session, wire_token, credential, lineage.budget, egress_credential
+    )
     if adopted is not None:
         rt.metrics.pods_started.labels(ctx.namespace, "warm").inc()
         return adopted

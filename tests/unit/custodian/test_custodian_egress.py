@@ -16,7 +16,7 @@ import pytest
 
 from corral_common import proxytunnel
 from corral_custodian import _secrets
-from corral_custodian.main import use_egress_gateway
+from corral_custodian._egress import use_egress_gateway
 from corral_custodian.settings import SettingsError, from_env, register_credentials
 
 CREDENTIAL = "p" * 20 + "-proxy-credential-" + "q" * 10
@@ -140,3 +140,30 @@ def test_the_custodians_git_runs_see_the_gateway_and_nothing_else_of_its_environ
     assert seen["GIT_PROXY_COMMAND"] == "corral-proxy-tunnel"
     assert CREDENTIAL in seen["HTTPS_PROXY"] and seen["NO_PROXY"].startswith("localhost")
     assert "CORRAL_WIRE_TOKEN_FILE" not in seen
+
+
+def test_an_adopt_delivers_the_proxy_credential_and_the_memory_dsn_as_files(
+    tmp_path: Path,
+) -> None:
+    """A pooled custodian's environment names the adopt's secrets by file, never by value."""
+    from corral_api.wire import AdoptedSession, CustodianAdoptRequest
+    from corral_custodian._adopt import adopted_env
+    from tests._objects import agent
+
+    request = CustodianAdoptRequest(
+        wireToken="w" * 43,
+        custodianCredential="c" * 43,
+        session=AdoptedSession(name="s1", namespace="team", uid="uid-1"),
+        agentName="coder",
+        agent=agent().spec,
+        branch="corral/s1",
+        gitRemoteUrl="https://git.example/r.git",
+        egressCredential="e" * 43,
+        memoryDsn="postgresql://u:pw@db:5432/m",
+    )
+    env = adopted_env({"CORRAL_EGRESS_PROXY": "http://198.18.0.40:3128"}, request, tmp_path)
+    assert env["CORRAL_EGRESS_CREDENTIAL_FILE"] == str(tmp_path / "egress")
+    assert env["CORRAL_MEMORY_DSN_FILE"] == str(tmp_path / "memory-dsn")
+    assert "e" * 43 not in "".join(env.values()) and "pw@" not in "".join(env.values())
+    bare = adopted_env({}, request.model_copy(update={"egressCredential": None}), tmp_path)
+    assert "CORRAL_EGRESS_CREDENTIAL_FILE" not in bare

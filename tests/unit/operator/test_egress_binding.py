@@ -336,3 +336,82 @@ def test_with_a_key_each_binding_is_signed_for_its_pod_alone() -> None:
     # Without a key nothing is signed.
     unsigned = build_sandbox(agent(), session(), SETTINGS, "t" * 40, "c" * 40).pod
     assert naming.ANNOTATION_EGRESS_SIGNATURE not in unsigned["metadata"]["annotations"]
+
+
+# ------------------------------------------------------------------ warm pools
+
+
+def test_a_pooled_pod_behind_the_gateway_holds_no_credential_and_no_binding() -> None:
+    """Until adopted a pooled pod is unknown to the gateway (nothing leaves it) and mounts no
+    Session Secret: its custodian's proxy credential arrives with the adopt."""
+    from corral_operator.builders.poolpod import build_pool_pod
+
+    warm = agent(sandbox={"egress": PYPI, "warmPool": {"size": 1}})
+    pod = build_pool_pod(warm, SETTINGS, "coder-warm-1", "h" * 43, "c" * 43).pod
+    assert naming.LABEL_EGRESS not in pod["metadata"]["labels"]
+    assert naming.ANNOTATION_EGRESS_BINDING not in pod["metadata"].get("annotations", {})
+    assert "egress" not in {v["name"] for v in pod["spec"]["volumes"]}
+    containers = {c["name"]: c for c in pod["spec"]["containers"]}
+    custodian_env = {e["name"]: e for e in containers["custodian"]["env"]}
+    assert "CORRAL_EGRESS_CREDENTIAL_FILE" not in custodian_env
+    assert custodian_env["CORRAL_EGRESS_PROXY"]["value"] == GATEWAY.proxy_url
+    assert all(m["name"] != "egress" for c in containers.values() for m in c["volumeMounts"])
+    tools_env = {e["name"]: e.get("value") for e in containers["tools"]["env"]}
+    assert tools_env["HTTPS_PROXY"] == GATEWAY.proxy_url  # the agent's identity: no credential
+
+
+def test_an_adoption_binds_the_checkout_first_then_the_session_alone() -> None:
+    """The claim's binding lets the agent's identity reach the git host (the adopt's checkout
+    runs in the tools container, without the credential); the binding after it does not."""
+    from corral_operator.builders.podbuilder import session_binding
+
+    warm = agent(sandbox={"egress": PYPI, "warmPool": {"size": 1}})
+    repo = "https://git.example/team/repo.git"
+
+    def bound(checkout: bool) -> dict[str, Any]:
+        annotations = session_binding(
+            warm, "agents", "s1", repo, SETTINGS, EGRESS_CREDENTIAL,
+            pod="coder-warm-1", agent_name="coder", checkout=checkout,
+        )  # fmt: skip
+        text = annotations[naming.ANNOTATION_EGRESS_BINDING]
+        signed = annotations.get(naming.ANNOTATION_EGRESS_SIGNATURE)
+        assert signed is None  # SETTINGS has no binding key
+        value: dict[str, Any] = json.loads(text)
+        return value
+
+    during, after = bound(True), bound(False)
+    assert during["checkoutRules"] == [{"host": "git.example", "ports": [443], "private": False}]
+    assert after["checkoutRules"] == []
+    assert during["credentialSha256"] == hashlib.sha256(EGRESS_CREDENTIAL.encode()).hexdigest()
+    assert {k: v for k, v in during.items() if k != "checkoutRules"} == {
+        k: v for k, v in after.items() if k != "checkoutRules"
+    }
+
+
+def test_the_custodians_adopt_carries_the_proxy_credential_only_behind_a_gateway() -> None:
+    from corral_operator.session.adoption import adopt_requests
+
+    warm = agent(sandbox={"egress": PYPI, "warmPool": {"size": 1}})
+    ask = session(workspace={"repo": "https://git.example/team/repo.git", "ref": "main"})
+    told, _ = adopt_requests(SETTINGS, warm, ask, "w" * 43, "c" * 43, None, EGRESS_CREDENTIAL)
+    assert told.egressCredential == EGRESS_CREDENTIAL
+    without = dataclasses.replace(SETTINGS, egress_gateway=None)
+    told, _ = adopt_requests(without, warm, ask, "w" * 43, "c" * 43, None, EGRESS_CREDENTIAL)
+    assert told.egressCredential is None
+
+
+@pytest.mark.parametrize(
+    ("dsn", "rule"),
+    [
+        ("postgresql://u:p@db.internal:6432/m", {"host": "db.internal", "ports": [6432]}),
+        ("host=db.internal port=6543 password='a b'", {"host": "db.internal", "ports": [6543]}),
+        ("host=db.internal dbname=m", {"host": "db.internal", "ports": [5432]}),
+        ("host=/var/run/postgresql dbname=m", None),
+        ("host=db.internal password='unbalanced", None),
+    ],
+)  # fmt: skip
+def test_the_memory_database_is_reached_whatever_form_its_dsn_takes(
+    dsn: str, rule: dict[str, Any] | None
+) -> None:
+    found = egress.dsn_rule(dsn)
+    assert found == (None if rule is None else {**rule, "private": True})

@@ -11,6 +11,7 @@ import pytest
 
 from corral_operator.builders.podbuilder import MEMORY_DSN_KEY, build_sandbox
 from corral_operator.main import parse_args, settings_from
+from corral_operator.settings import EgressGateway
 from tests._objects import agent, session
 
 from .test_podbuilder import CREDENTIAL, SETTINGS, TOKEN
@@ -41,6 +42,30 @@ def test_the_dsn_is_the_custodians_alone() -> None:
         assert "memory" not in {m["name"] for m in container.get("volumeMounts", [])}, name
         assert "MEMORY" not in json.dumps(container.get("env", [])), name
     assert DSN not in json.dumps(manifests.pod)  # only ever in the Secret
+
+
+GATEWAY = EgressGateway(address="198.19.0.40", port=3128, namespace="gw", pod_labels={"a": "b"})
+
+
+@pytest.mark.parametrize("gateway", [None, GATEWAY], ids=["no-gateway", "gateway"])
+def test_behind_the_gateway_the_custodian_forwards_from_a_directory_of_its_own(
+    gateway: EgressGateway | None,
+) -> None:
+    settings = replace(SETTINGS, memory_dsn=DSN, egress_gateway=gateway)
+    spec = build_sandbox(agent(), session(), settings, TOKEN, CREDENTIAL).pod["spec"]
+    containers = _by_name(spec["containers"] + spec["initContainers"])
+    env = {e["name"]: e.get("value") for e in containers["custodian"]["env"]}
+    if gateway is None:  # the custodian connects itself (the CIDR NetworkPolicy lets it)
+        assert "CORRAL_MEMORY_SOCKET_DIR" not in env
+        return
+    socket_dir = env["CORRAL_MEMORY_SOCKET_DIR"]
+    assert socket_dir == "/var/lib/corral/custodian/memory-socket"
+    # On a volume the custodian alone mounts, writable: never loopback, which the tools share.
+    mounts = _by_name(containers.pop("custodian")["volumeMounts"])
+    volume = next(m for m in mounts.values() if socket_dir.startswith(m["mountPath"] + "/"))
+    assert not volume.get("readOnly") and "emptyDir" in _by_name(spec["volumes"])[volume["name"]]
+    for name, container in containers.items():
+        assert volume["name"] not in {m["name"] for m in container.get("volumeMounts", [])}, name
 
 
 def test_without_a_dsn_nothing_is_mounted() -> None:

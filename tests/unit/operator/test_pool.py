@@ -139,6 +139,9 @@ def test_the_claim_is_a_compare_and_swap_that_relabels_and_reowns() -> None:
     assert md["labels"][naming.LABEL_SESSION] == "fix-bug"
     assert md["labels"][LABEL_POOL] == "coder"  # where it came from stays visible
     assert md["ownerReferences"] == [owner]
+    assert "annotations" not in md  # no gateway, no binding
+    bound = claim_patch(_pod("a"), sandbox_labels(s), owner, {"corral.dev/egress-binding": "{}"})
+    assert bound["metadata"]["annotations"] == {"corral.dev/egress-binding": "{}"}
 
 
 # ------------------------------------------------------------------------------ manifests
@@ -212,3 +215,24 @@ def test_the_pool_policy_lets_no_traffic_out_and_only_the_operator_in() -> None:
         SETTINGS.harness_port,
         SETTINGS.custodian_operator_port,
     }
+
+
+def test_a_pooled_pod_mounts_no_session_secret_and_its_adopt_carries_the_memory_dsn() -> None:
+    """The memory DSN is an item of the Session's Secret, which a pooled pod cannot mount (it
+    does not exist yet): the custodian's adopt carries it instead."""
+    import dataclasses
+
+    from corral_operator.session.adoption import adopt_requests
+
+    dsn = "postgresql://corral:pw@memory.db:5432/corral"
+    settings = dataclasses.replace(SETTINGS, memory_dsn=dsn)
+    warm = agent(sandbox={"warmPool": {"size": 1}})
+    pod = build_pool_pod(warm, settings, "coder-warm-1", "h" * 43, "c" * 43).pod
+    secrets = [v for v in pod["spec"]["volumes"] if "secret" in v]
+    assert secrets == [], secrets
+    custodian = next(c for c in pod["spec"]["containers"] if c["name"] == "custodian")
+    assert "CORRAL_MEMORY_DSN_FILE" not in {e["name"] for e in custodian["env"]}
+    told, _ = adopt_requests(settings, warm, session(), "w" * 43, "c" * 43, None)
+    assert told.memoryDsn == dsn
+    told, _ = adopt_requests(SETTINGS, warm, session(), "w" * 43, "c" * 43, None)
+    assert told.memoryDsn is None
