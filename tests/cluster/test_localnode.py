@@ -556,7 +556,7 @@ def test_containers_run_as_their_own_uids_and_see_only_their_own_volumes(
     # /tmp is B's own, empty but for the mount points of its volumes' host paths.
     assert b["pods"] == [pod_dir.name]
     assert set(b["root"]) <= {".pyenv", ".cache"}
-    assert set(b["tmp"]) <= {local_node.workdir.name}
+    assert set(b["tmp"]) <= _tmp_mount_points(local_node.workdir)
     # The host's world-writable directories are each container's own: no channel through them.
     assert "from-a" not in b["shared_tmp"]
     assert not any(Path(d, "from-a").exists() for d in ("/tmp", "/var/tmp", "/dev/shm"))
@@ -740,3 +740,17 @@ def test_loopback_addresses_are_unique_and_never_the_host() -> None:
     assert pool.take("127.0.0.1") != "127.0.0.1"
     pool.give_back("127.0.77.5")
     assert pool.take("127.0.77.5") == "127.0.77.5"
+
+
+def _tmp_mount_points(workdir: Path) -> set[str]:
+    """What a container's fresh /tmp may hold: the mount points of what the node binds back
+    under it (its workdir's pod volumes, and the sources, venv and Python installation when a
+    clone or an interpreter lives under /tmp), each an entry of /tmp's first level."""
+    bound = (workdir, Path(__file__).resolve().parents[2], Path(sys.prefix), Path(sys.base_prefix))
+    names = set()
+    for path in bound:
+        parts = path.resolve().parts
+        if len(parts) > 2 and parts[:2] == ("/", "tmp"):
+            names.add(parts[2])
+    return names
+
