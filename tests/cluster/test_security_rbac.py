@@ -417,6 +417,7 @@ def test_the_chart_renders_with_defaults_and_refuses_bad_values(
             "NetworkPolicy",
             "Role",
             "RoleBinding",
+            "NetworkPolicy",  # the operator's own (operator.networkPolicy)
         ]
     )
     deployment = next(
