@@ -308,7 +308,9 @@ async def await_binding(
     another binding when `timeout` ends)."""
     deadline = asyncio.get_running_loop().time() + timeout
     pending: str | None = "no replica of the egress gateway is ready"
-    async with httpx.AsyncClient(timeout=httpx.Timeout(READ_TIMEOUT, connect=2.0)) as client:
+    async with httpx.AsyncClient(
+        timeout=httpx.Timeout(READ_TIMEOUT, connect=2.0), trust_env=False
+    ) as client:
         while True:
             replicas = await running_replicas(kube, gateway, serving=True)
             waiting = [
