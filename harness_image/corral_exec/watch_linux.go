@@ -13,6 +13,7 @@ package main
 // before.
 
 import (
+	"strings"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -105,7 +106,7 @@ func (w *treeWatch) afterScan(name string, dirs []string) {
 			w.failed = true // the user's limit, most likely: scan after every command
 			return
 		}
-		if old, ok := w.dirOf[int32(wd)]; ok {
+		if old, ok := w.dirOf[int32(wd)]; ok && w.wdOf[old] == int32(wd) {
 			delete(w.wdOf, old) // the same directory under a new name (it was moved)
 		}
 		w.dirOf[int32(wd)] = rel
@@ -147,8 +148,20 @@ func (w *treeWatch) note(wd int32, mask uint32, entry string) {
 		all = true
 	case mask&syscall.IN_IGNORED != 0: // the watch is gone (its directory removed)
 		if known {
-			delete(w.wdOf, dir)
+			if w.wdOf[dir] == wd {
+				delete(w.wdOf, dir)
+			}
 			delete(w.dirOf, wd)
+		}
+		all = true
+	case known && mask&syscall.IN_MOVE_SELF != 0:
+		// Whatever is at its old path (or below it) now is another directory, which the next
+		// scan must watch anew; the moved ones keep their watches (mapped again where a scan
+		// walks them).
+		for rel := range w.wdOf {
+			if dir == "" || rel == dir || strings.HasPrefix(rel, dir+"/") {
+				delete(w.wdOf, rel)
+			}
 		}
 		all = true
 	case !known:

@@ -123,6 +123,11 @@ class NamedFileIndex:
             self._dirs = dirs
             return found
 
+    def directories(self) -> list[str]:
+        """The directories the last scan walked, relative to the root ("" the root)."""
+        with self._lock:
+            return list(self._dirs)
+
     def find(self, known: Mapping[str, Fingerprint], max_bytes: int) -> list[FoundFile]:
         """Every match; one whose fingerprint is in `known` comes back without its content."""
         return self.read(self.scan(), known, max_bytes)
