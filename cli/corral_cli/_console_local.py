@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import getpass
 import json
+import subprocess
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,14 +33,18 @@ from corral_common.approval_files import (
 )
 from corral_operator.archive.record import ArchivedSession, receipts_of
 from corral_operator.console.access import Person, Refused
+from corral_operator.console.changes import GIT_SECONDS, ChangesUnavailable, git_env, read_changes
+from corral_operator.console.pages import RUN_DIR_ANNOTATION
 from corral_operator.console.reader import StreamUnavailable
 
 from ._localstore import LEDGER_FILE, STATE_FILE, TRANSCRIPT_FILE, read_jsonl
+from ._workspace import RECORD as CHECKOUT_FILE
 
 Obj = dict[str, Any]
 NAMESPACE = "local"
 POLL_SECONDS = 0.2
 APPROVALS = Path("custodian") / "approvals"
+SESSIONS = "sessions"  # the run's session tree: <name>.json each (cli/corral_cli/_children.py)
 
 
 def _stamp(seconds: float) -> str:
@@ -49,14 +55,61 @@ def _is_run(path: Path) -> bool:
     return path.is_dir() and any((path / f).exists() for f in (STATE_FILE, TRANSCRIPT_FILE))
 
 
-def find_runs(root: Path) -> dict[str, Path]:
-    """The runs under `root` by name (their directory's name)."""
+def _run_dirs(root: Path) -> list[Path]:
     if _is_run(root):
-        return {root.name: root}
+        return [root]
     parent = root / "runs" if (root / "runs").is_dir() else root
     if not parent.is_dir():
+        return []
+    return [p for p in sorted(parent.iterdir()) if _is_run(p)]
+
+
+def _read_json(path: Path) -> Obj:
+    try:
+        found = json.loads(path.read_text("utf-8"))
+    except (OSError, ValueError):  # not written yet, or being rewritten
         return {}
-    return {p.name: p for p in sorted(parent.iterdir()) if _is_run(p)}
+    return found if isinstance(found, dict) else {}
+
+
+def _state(run: Path) -> Obj:
+    return _read_json(run / STATE_FILE)
+
+
+def _record(run: Path) -> Obj:
+    """The run's own Session as `corral run` recorded it (sessions/<name>.json: the root, the one
+    without a parent), or {} for a run that got no further than its state."""
+    roots = []
+    for path in sorted((run / SESSIONS).glob("*.json")):
+        found = _read_json(path)
+        if found.get("metadata", {}).get("name") and not found.get("spec", {}).get("parentRef"):
+            roots.append(found)
+    return roots[0] if roots else {}
+
+
+def _started(run: Path) -> float:
+    stamp = _state(run).get("startedAt")
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return run.stat().st_mtime
+
+
+def find_runs(root: Path) -> dict[str, Path]:
+    """The runs under `root` by the name each is shown as: its Session's `metadata.name`. Runs
+    of one Session (each run of a file has its own directory): the latest has the name, the
+    others their directory's name; a run without a recorded Session, its directory's name."""
+    dirs = _run_dirs(root)
+    named = {run: str(_record(run).get("metadata", {}).get("name") or "") for run in dirs}
+    found: dict[str, Path] = {}
+    for run in sorted(dirs, key=_started, reverse=True):
+        name = named[run]
+        if not name or name in found:
+            name = run.name
+        while name in found:  # a directory named as another run's Session
+            name = f"{name}-{len(found)}"
+        found[name] = run
+    return dict(sorted(found.items()))
 
 
 def _events(run: Path) -> list[Obj]:
@@ -69,13 +122,53 @@ def _events(run: Path) -> list[Obj]:
     return [by_offset[k] for k in sorted(by_offset)]
 
 
-def _session(name: str, run: Path) -> Obj:
+def _checkout(run: Path) -> Obj:
+    """Where the run's commits went (checkout.json: repository, branch, base), or {} when the
+    agent worked in a directory outside git."""
+    found = _read_json(run / CHECKOUT_FILE)
+    return found if found.get("repository") and found.get("branch") else {}
+
+
+def _branch_tip(checkout: Obj) -> str | None:
+    done = subprocess.run(
+        ["git", "-C", str(checkout["repository"]), "rev-parse", "--verify", "-q",
+         f"refs/heads/{checkout['branch']}^{{commit}}"],
+        capture_output=True, text=True, check=False, timeout=GIT_SECONDS,
+        env=git_env(Path(tempfile.gettempdir())),
+    )  # fmt: skip
+    tip = done.stdout.strip()
+    return tip if done.returncode == 0 and tip else None
+
+
+def _delivery(run: Path) -> Obj | None:
+    """What the run committed, as a cluster Session's `status.delivery` says what was pushed:
+    the branch and its commit in the person's repository."""
+    checkout = _checkout(run)
+    if not checkout:
+        return None
     try:
-        state = json.loads((run / STATE_FILE).read_text("utf-8"))
-    except (FileNotFoundError, ValueError):  # not started, or being rewritten
-        state = {}
-    admissions = [r for r in read_jsonl(run / LEDGER_FILE) if r.get("kind") == "admission"]
-    agents = sorted(p.name for p in (run / "harness" / "conversations").glob("*"))
+        tip = _branch_tip(checkout)
+    except (OSError, subprocess.TimeoutExpired):
+        tip = None
+    where = f"{checkout['branch']} in {checkout['repository']}"
+    if tip is None or tip == checkout.get("base"):
+        return {"branch": checkout["branch"], "state": "NothingCommitted",
+                "message": f"nothing committed on {where}"}  # fmt: skip
+    return {"branch": checkout["branch"], "revision": tip, "state": "Committed",
+            "message": f"committed {tip} on {where}"}  # fmt: skip
+
+
+def _session(name: str, run: Path) -> Obj:
+    state = _state(run)
+    record = _record(run)
+    spec = dict(record.get("spec") or {})
+    if not spec:  # no record: what the run's files say
+        admissions = [r for r in read_jsonl(run / LEDGER_FILE) if r.get("kind") == "admission"]
+        agents = sorted(p.name for p in (run / "harness" / "conversations").glob("*"))
+        spec = {
+            "agentRef": agents[0] if agents else "",
+            "task": admissions[0].get("message", "") if admissions else "",
+        }
     created = state.get("startedAt") or _stamp(run.stat().st_mtime)
     usage = state.get("usage") or {}
     status = {
@@ -87,10 +180,12 @@ def _session(name: str, run: Path) -> Obj:
             "cost": usage.get("cost") or 0.0,
         },
         "lastTurn": state.get("lastTurn"),
+        "lastSettlement": state.get("lastSettlement"),
         "plan": state.get("plan"),
         "message": state.get("message"),
         "answer": state.get("answer"),
         "finishedAt": state.get("finishedAt"),
+        "delivery": _delivery(run),
     }
     return {
         "apiVersion": "corral.dev/v1alpha1",
@@ -98,13 +193,12 @@ def _session(name: str, run: Path) -> Obj:
         "metadata": {
             "name": name,
             "namespace": NAMESPACE,
-            "uid": name,
+            "uid": str((record.get("metadata") or {}).get("uid") or run.name),
             "creationTimestamp": created,
+            # Which run this is: runs of one Session share its name.
+            "annotations": {RUN_DIR_ANNOTATION: str(run)},
         },
-        "spec": {
-            "agentRef": agents[0] if agents else "",
-            "task": admissions[0].get("message", "") if admissions else "",
-        },
+        "spec": spec,
         "status": {k: v for k, v in status.items() if v is not None},
     }
 
@@ -126,6 +220,7 @@ def _approval(session: str, record: Obj, mtime: float) -> Obj:
         "status": {
             "decision": decision_of_verdict(record.get("decision")),
             "decidedBy": record.get("decidedBy"),
+            "comment": record.get("comment"),
         },
     }
 
@@ -146,6 +241,7 @@ class LocalSource:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.namespaces: tuple[str, ...] | None = (NAMESPACE,)
+        self._changes: dict[tuple[str, str, str], Obj] = {}  # a revision's changes never change
 
     def _run(self, name: str) -> Path | None:
         return find_runs(self.root).get(name)  # never a path built from the URL
@@ -172,6 +268,9 @@ class LocalSource:
         return {NAMESPACE: await self.objects(kind, NAMESPACE)}
 
     async def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        if kind == "Session":
+            run = self._run(name) if namespace == NAMESPACE else None
+            return None if run is None else _session(name, run)
         found = await self.objects(kind, namespace)
         return next((o for o in found if o["metadata"]["name"] == name), None)
 
@@ -209,6 +308,30 @@ class LocalSource:
         }
         return ArchivedSession(record, events)
 
+    async def changes(self, session: Obj) -> Obj | None:
+        """What the run committed, turn by turn, read from the person's repository (the branch
+        `corral run` committed on, from the base it started at: checkout.json)."""
+        run = self._run(session["metadata"]["name"])
+        checkout = _checkout(run) if run is not None else {}
+        delivery = (session.get("status") or {}).get("delivery") or {}
+        shown = {"remote": str(checkout.get("repository") or ""), "branch": delivery.get("branch")}
+        if not checkout:
+            return {**shown, "unavailable": "the run worked in a directory outside git"}
+        revision = str(delivery.get("revision") or "")
+        if not revision:
+            return {**shown, "unavailable": str(delivery.get("message") or "nothing committed")}
+        key = (str(checkout["repository"]), str(checkout.get("base") or ""), revision)
+        if key not in self._changes:
+            try:
+                found = await asyncio.to_thread(
+                    read_changes, Path(key[0]), git_env(Path(tempfile.gettempdir())),
+                    key[1] or None, revision, session["metadata"]["name"],
+                )  # fmt: skip
+            except ChangesUnavailable as why:
+                return {**shown, "revision": revision, "unavailable": str(why)}
+            self._changes[key] = found
+        return {**shown, **self._changes[key]}
+
 
 class LocalAccess:
     """The person is whoever runs `corral console` on this machine (loopback only): they may
@@ -226,12 +349,13 @@ class LocalAccess:
     async def allowed(
         self, person: Person, verb: str, resource: str, namespace: str, subresource: str = ""
     ) -> bool:
-        return namespace == NAMESPACE
+        # Everything here is theirs; a namespace other than `local` holds nothing (404).
+        return True
 
     async def decide(
         self, person: Person, namespace: str, name: str, decision: str, comment: str
     ) -> dict[str, Any]:
-        for run_name, run in find_runs(self.source.root).items():
+        for run_name, run in find_runs(self.source.root).items():  # shown names
             files = ApprovalFiles(run / APPROVALS)
             try:
                 record = files.read(name)
@@ -243,6 +367,7 @@ class LocalAccess:
                 written = files.decide(
                     name, verdict, by=f"{person.name} in corral console",
                     scope=str(record.get("scope")), digest=str(record.get("digest")),
+                    comment=comment.strip(),
                 )  # fmt: skip
             except ApprovalScopeMismatch as err:
                 raise Refused(403, "forbidden", str(err)) from None

@@ -8,7 +8,8 @@ another session or another call releases nothing (docs/approvals.md: a decision 
 its own session).
 
 Record fields: id, scope, submissionId, toolUseId, tool, input, digest, reason, and decision
-(null while pending, then "approved" or "denied") with decidedBy.
+(null while pending, then "approved" or "denied") with decidedBy and, when the person gave
+one, comment (why they decided so).
 """
 
 from __future__ import annotations
@@ -104,9 +105,11 @@ class ApprovalFiles:
         by: str,
         scope: str | None = None,
         digest: str | None = None,
+        comment: str = "",
     ) -> dict[str, Any]:
-        """Record a person's decision. `scope` and `digest`, when given, must be the request's:
-        a decision written for another session or another call is refused."""
+        """Record a person's decision (and their reason, `comment`). `scope` and `digest`, when
+        given, must be the request's: a decision written for another session or another call
+        is refused."""
         if verdict not in ("approved", "denied"):
             raise ValueError(f"decision must be 'approved' or 'denied', got {verdict!r}")
         record = self.read(approval_id)
@@ -120,6 +123,8 @@ class ApprovalFiles:
             raise ValueError(f"approval {approval_id} is already {record['decision']}")
         record["decision"] = verdict
         record["decidedBy"] = by
+        if comment:
+            record["comment"] = comment
         self._write(record)
         return record
 

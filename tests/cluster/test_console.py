@@ -5,6 +5,7 @@ read from the harness's wire, and decisions written with the person's own token.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +41,26 @@ def _sse(text: str) -> list[tuple[str, dict[str, Any]]]:
     return found
 
 
+@pytest.fixture
+def unserved_ns(operator: OperatorHandle, console: ConsoleHandle) -> Iterator[str]:  # noqa: F811
+    """A namespace alice may read (the viewer role bound there) that the console does not
+    serve: the operator watches the other two only."""
+    cp, name = operator.cp, f"{console.other}-u"
+    cp.create_namespace(name)
+    cp.kubectl(
+        "create", "rolebinding", "alice-views", "-n", name,
+        f"--clusterrole=corral-{operator.namespace}-viewer",
+        f"--serviceaccount={console.namespace}:alice",
+    )  # fmt: skip
+    yield name
+    cp.release_namespace(name)
+
+
 def test_people_read_only_the_namespaces_rbac_gives_them(
     operator: OperatorHandle,
     console: ConsoleHandle,  # noqa: F811
     git_repo: Path,
+    unserved_ns: str,
 ) -> None:
     cp = operator.cp
     operator.apply(agent_doc(), session_doc("visible", git_repo))
@@ -82,6 +99,29 @@ def test_people_read_only_the_namespaces_rbac_gives_them(
         stream = alice.get(f"/api/v1/namespaces/{console.other}/sessions/elsewhere/events")
         assert stream.status_code == 403
 
+        # Where she may read, an unknown Session is 404: its page, its JSON, its stream (no
+        # stream starts) and its changes; an unknown Approval too, and a path the console
+        # does not serve, in the console's own {error, reason}.
+        base = f"/api/v1/namespaces/{console.namespace}/sessions/nope"
+        for path in (base, f"{base}/events", f"{base}/changes"):
+            missing = alice.get(path)
+            assert missing.status_code == 404, path
+            assert missing.json() == {"error": "not_found",
+                "reason": f"session nope not found in namespace {console.namespace}"}  # fmt: skip
+        page = alice.get(f"/ns/{console.namespace}/sessions/nope")
+        assert page.status_code == 404 and "text/html" in page.headers["content-type"]
+        decision = alice.post(
+            f"/api/v1/namespaces/{console.namespace}/approvals/nope/decision",
+            json={"decision": "Approved"},
+        )
+        assert decision.status_code == 404 and decision.json()["error"] == "not_found"
+        nowhere = alice.get("/api/v1/nothing-here")
+        assert nowhere.status_code == 404 and nowhere.json()["error"] == "not_found"
+        # A namespace she may read that this console does not serve: nothing it shows, 404
+        # (not the console identity's own 403, which named the operator's ServiceAccount).
+        unserved = alice.get(f"/api/v1/namespaces/{unserved_ns}/sessions/anything")
+        assert unserved.status_code == 404 and "serviceaccount" not in unserved.text.lower()
+
     with console.client(console.mallory) as mallory:
         names = [s["metadata"]["name"] for s in mallory.get("/api/v1/sessions").json()["items"]]
         assert names == ["elsewhere"]
@@ -89,6 +129,9 @@ def test_people_read_only_the_namespaces_rbac_gives_them(
             f"/api/v1/namespaces/{console.namespace}/sessions/visible",
             f"/api/v1/namespaces/{console.namespace}/sessions/visible/events",
             f"/ns/{console.namespace}/sessions/visible",
+            # Not there at all: still 403, so a guess tells her nothing of what exists.
+            f"/api/v1/namespaces/{console.namespace}/sessions/nope",
+            f"/api/v1/namespaces/{console.namespace}/sessions/nope/changes",
         ):
             answer = mallory.get(path)
             assert answer.status_code == 403, path
@@ -177,8 +220,16 @@ def test_a_decision_is_written_with_the_persons_own_token(
             headers={"Origin": "https://evil.example"},
         )
         assert cross_site.status_code == 403
+        too_long = alice.post(f"{target}/decision",
+                              json={"decision": "Approved", "reason": "x" * 4097})  # fmt: skip
+        assert too_long.status_code == 400 and "4096" in too_long.json()["reason"]
         done = alice.post(f"{target}/decision", json={"decision": "Approved", "reason": "ok"})
         assert done.status_code == 200, done.text
+        # The reason is the Approval's, and both pages show it with the decision.
+        for page in ("/approvals", f"/ns/{console.namespace}/sessions/{name}"):
+            shown = alice.get(page).text
+            assert "Approved by system:serviceaccount:" in shown, page
+            assert '<q class="comment">ok</q>' in shown, page
         again = alice.post(f"{target}/decision", json={"decision": "Denied"})
         assert again.status_code == 409 and again.json()["error"] == "already_decided"
     status = (operator.get("approval", approval["metadata"]["name"]) or {})["status"]

@@ -45,12 +45,16 @@ def _sse(text: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 @pytest.fixture
-def run_and_console(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], str, Path]]:
+def run_and_console(
+    tmp_path: Path, demo_workspace: Path
+) -> Iterator[tuple[subprocess.Popen[str], str, Path]]:
     state = tmp_path / "xdg-state" / "corral" / "runs" / "land"
     state.parent.mkdir(parents=True)
+    # A git copy of the demo repository: the run's commits land on its branch there.
     run = subprocess.Popen(
-        [*corral_argv(), "run", "-f", str(EXAMPLES / "session.yaml"), "--scenario",
-         str(SCENARIO), "--approvals", "manual", "--json", "--state-dir", str(state)],
+        [*corral_argv(), "run", "-f", str(EXAMPLES / "session.yaml"), "--workspace",
+         str(demo_workspace), "--scenario", str(SCENARIO), "--approvals", "manual", "--json",
+         "--state-dir", str(state)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=run_env(), cwd=tmp_path,
     )  # fmt: skip
     port = controlplane.free_port()
@@ -84,6 +88,7 @@ def _serving(url: str, proc: subprocess.Popen[str]) -> bool:
 
 def test_a_person_approves_a_local_run_in_the_console(
     run_and_console: tuple[subprocess.Popen[str], str, Path],
+    demo_workspace: Path,
 ) -> None:
     run, url, state = run_and_console
     http = httpx.Client(base_url=url, timeout=30)
@@ -93,13 +98,19 @@ def test_a_person_approves_a_local_run_in_the_console(
         return [a for a in items if a["status"]["decision"] == "Pending"]
 
     (asked,) = _until("the run to ask for its merge", pending, 90)
-    assert asked["spec"]["sessionRef"]["name"] == "land"
+    # The run is shown by its Session's name (metadata.name), not its directory's ("land").
+    assert asked["spec"]["sessionRef"]["name"] == "fix-discount"
     assert "git merge --ff-only fix/discount" in json.dumps(asked["spec"]["action"])
     fleet = http.get("/")
-    assert fleet.status_code == 200 and 'data-session="land"' in fleet.text
+    assert fleet.status_code == 200 and 'data-session="fix-discount"' in fleet.text
+    assert 'data-session="land"' not in fleet.text
     page = http.get("/approvals")
     assert f'data-approval="{asked["metadata"]["name"]}"' in page.text and "Approve" in page.text
-    view = http.get("/api/v1/namespaces/local/sessions/land").json()
+    # No sign-in here: the person is whoever runs the command.
+    assert "Sign out" not in fleet.text and "Sign out" not in page.text
+    login = http.get("/login", follow_redirects=False)
+    assert login.status_code == 303 and login.headers["location"] == "/"
+    view = http.get("/api/v1/namespaces/local/sessions/fix-discount").json()
     assert view["session"]["status"]["phase"] not in ("Succeeded", "Failed")
 
     decision = f"/api/v1/namespaces/local/approvals/{asked['metadata']['name']}/decision"
@@ -120,21 +131,32 @@ def test_a_person_approves_a_local_run_in_the_console(
     # The decision is the file store's, bound to the request, and the run goes on and lands.
     (record,) = [json.loads(p.read_text()) for p in (state / "custodian" / "approvals").glob("*")]
     assert record["decision"] == "approved" and "corral console" in record["decidedBy"]
+    assert record["comment"] == "looks right"  # the reason typed is stored with the decision
     _, err = run.communicate(timeout=120)
     assert run.returncode == 0, err
-    workspace = state / "workspace"
+    workspace = demo_workspace  # the run's branch is in the repository it was given
     assert git(workspace, "rev-parse", "corral/fix-discount") == git(
         workspace, "rev-parse", "fix/discount"
     )
 
     # The finished run: its phase, its receipts, and its transcript at the wire's offsets.
-    view = http.get("/api/v1/namespaces/local/sessions/land").json()
+    view = http.get("/api/v1/namespaces/local/sessions/fix-discount").json()
     assert view["session"]["status"]["phase"] == "Succeeded"
     assert view["archive"]["receipts"] and view["archive"]["receipts"][-1]["status"] == (
         "completed"
     )
-    assert 'class="receipts"' in http.get("/ns/local/sessions/land").text
-    events = _sse(http.get("/api/v1/namespaces/local/sessions/land/events").text)
+    session_page = http.get("/ns/local/sessions/fix-discount").text
+    assert 'class="receipts"' in session_page and "Sign out" not in session_page
+    assert '<q class="comment">looks right</q>' in session_page
+    # What the run committed on its branch, read from the repository it committed to.
+    tip = git(workspace, "rev-parse", "corral/fix-discount").strip()
+    assert view["delivered"] == tip
+    changes = http.get("/api/v1/namespaces/local/sessions/fix-discount/changes").json()
+    assert changes["changes"]["revision"] == tip, changes
+    patch = "".join(t["patch"] for t in changes["changes"]["turns"])
+    assert "+    discount = subtotal * discount_percent / 100" in patch
+    assert 'data-path="shop/pricing.py"' in changes["html"] and 'class="d-add"' in changes["html"]
+    events = _sse(http.get("/api/v1/namespaces/local/sessions/fix-discount/events").text)
     wire = [d for k, d in events if k == "wire"]
     assert [e["offset"] for e in wire] == list(range(len(wire)))
     assert any(e["type"] == "approval_requested" for e in wire)

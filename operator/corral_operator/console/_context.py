@@ -9,7 +9,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from fastapi import Request
 
-from corral_kube import KubeError
+from corral_kube import Forbidden, KubeError
 
 from .access import Access, Person, Refused
 from .reader import PLURALS, Source
@@ -46,6 +46,18 @@ class ConsoleContext:
             raise Refused(
                 403, "forbidden", f"{person.name} may not {verb} {what} in namespace {ns}"
             )
+
+    async def get(self, kind: str, namespace: str, name: str) -> Obj | None:
+        """The object, or None when there is none this console shows: in a namespace it does
+        not serve, or one its own identity may not read (then it is not one it shows either;
+        the person's own right was checked first, so this tells them nothing more)."""
+        shown = self.reader.namespaces
+        if shown is not None and namespace not in shown:
+            return None
+        try:
+            return await self.reader.get(kind, namespace, name)
+        except Forbidden:
+            return None
 
     async def readable(self, person: Person, kind: str) -> dict[str, list[Obj]]:
         """Every object of `kind` in the namespaces this person may list it in."""

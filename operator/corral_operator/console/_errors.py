@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from fastapi import FastAPI, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.exceptions import HTTPException
 
 from corral_kube import Forbidden, KubeError, NotFound
 
@@ -30,3 +31,13 @@ def register_error_handlers(app: FastAPI, ctx: ConsoleContext) -> None:
         if wants_html(request):
             return HTMLResponse(pages.error_page(status, error, exc.message), status)
         return JSONResponse({"error": error, "reason": exc.message}, status)
+
+    @app.exception_handler(HTTPException)
+    async def _http(request: Request, exc: HTTPException) -> Response:
+        # A path the console does not serve, or a method it does not take: the same answer
+        # as any other refusal (a page, or `{error, reason}`), not the framework's own.
+        error = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "refused")
+        reason = f"{request.method} {request.url.path}: {exc.detail}"
+        if wants_html(request):
+            return HTMLResponse(pages.error_page(exc.status_code, error, reason), exc.status_code)
+        return JSONResponse({"error": error, "reason": reason}, exc.status_code)

@@ -15,6 +15,8 @@ from . import pages
 from ._context import ConsoleContext, Obj, form_of, require_same_origin
 from .access import Person, Refused
 
+MAX_REASON_CHARS = 4096
+
 
 def register_approval_routes(app: FastAPI, ctx: ConsoleContext) -> None:
     @app.get("/approvals", response_class=HTMLResponse)
@@ -25,7 +27,9 @@ def register_approval_routes(app: FastAPI, ctx: ConsoleContext) -> None:
             ns for ns in found if await ctx.may(person, "update", "approvals", ns, "status")
         }
         items = [a for objs in found.values() for a in objs]
-        return pages.approvals_page(person.name, items, deciders, time.time())
+        return pages.approvals_page(
+            person.name, items, deciders, time.time(), sign_out=ctx.access.needs_login
+        )
 
     @app.post("/ns/{namespace}/approvals/{name}/decide")
     async def decide_form(request: Request, namespace: str, name: str) -> Response:
@@ -69,6 +73,9 @@ async def decide(
     require_same_origin(request)
     if decision not in DECISIONS:
         raise Refused(400, "bad_request", f"decision must be one of {', '.join(DECISIONS)}")
+    reason = reason.strip()
+    if len(reason) > MAX_REASON_CHARS:  # the Approval's status.comment holds this much
+        raise Refused(400, "bad_request", f"the reason is over {MAX_REASON_CHARS} characters")
     await ctx.require(person, "update", "approvals", namespace, "status")
     written = await ctx.access.decide(person, namespace, name, decision, reason)
     return {"approval": written}

@@ -22,6 +22,7 @@ def register_goal_routes(app: FastAPI, ctx: ConsoleContext) -> None:
             [g for items in found.values() for g in items],
             [e for items in evidence.values() for e in items],
             time.time(),
+            sign_out=ctx.access.needs_login,
         )
 
     @app.get("/api/v1/goals")

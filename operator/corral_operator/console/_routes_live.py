@@ -14,6 +14,7 @@ from fastapi.responses import Response, StreamingResponse
 from corral_api.kinds import FINAL_PHASES
 
 from ._context import ConsoleContext, Obj
+from ._routes_sessions import find_session
 from .access import Person, Refused
 from .reader import StreamUnavailable
 
@@ -26,12 +27,13 @@ def register_live_routes(app: FastAPI, ctx: ConsoleContext) -> None:
     @app.get("/api/v1/namespaces/{namespace}/sessions/{name}/events")
     async def events(request: Request, namespace: str, name: str) -> Response:
         person = await ctx.person_of(request)
-        await ctx.require(person, "get", "sessions", namespace)
         start = request.query_params.get("offset") or request.headers.get("last-event-id") or "0"
         try:
             offset = max(0, int(start))
         except ValueError:
             raise Refused(400, "bad_request", f"offset {start!r} is not a number") from None
+        # 403 or 404 before a stream starts: an unknown Session is not an empty stream.
+        await find_session(ctx, person, namespace, name)
         stream = live_turn(ctx, request, person, namespace, name, offset)
         return StreamingResponse(
             stream,
@@ -60,7 +62,7 @@ async def live_turn(
         if not await ctx.may(person, "get", "sessions", namespace):
             yield _sse("end", {"reason": "your access to this namespace was withdrawn"})
             return
-        session = await reader.get("Session", namespace, name)
+        session = await ctx.get("Session", namespace, name)
         if session is None:
             async for page in _from_archive(ctx, namespace, name, None, offset):
                 yield page
@@ -80,7 +82,8 @@ async def live_turn(
             await asyncio.sleep(RETRY_SECONDS)
             continue
         try:
-            async for chunk in _pump(ctx, request, person, namespace, client, name, offset, state):
+            pump = _pump(ctx, request, person, namespace, client, name, offset, phase, state)
+            async for chunk in pump:
                 if isinstance(chunk, int):
                     offset = chunk
                 else:
@@ -117,12 +120,13 @@ async def _pump(
     client: Any,
     conversation: str,
     offset: int,
+    phase: str,
     state: Callable[[str], Awaitable[bytes]],
 ) -> AsyncIterator[bytes | int]:
     """Long-poll one harness until it fails, the session ends, access is withdrawn or the
-    browser leaves; yields SSE chunks, and the next offset after each page."""
+    browser leaves; yields SSE chunks, and the next offset after each page. A finished
+    Session's pod replays its record: `finished`, never `live`."""
     first = True
-    phase = "Running"
     while not await request.is_disconnected():
         wait = 0.0 if phase in FINAL_PHASES else WIRE_WAIT_SECONDS
         try:
@@ -131,7 +135,7 @@ async def _pump(
             yield await state(str(why))
             return
         if first:
-            yield await state("live")
+            yield await state("finished" if phase in FINAL_PHASES else "live")
             first = False
         for event in events:
             yield _sse("wire", event, event_id=int(event.get("offset", offset)) + 1)
@@ -142,7 +146,7 @@ async def _pump(
         if phase in FINAL_PHASES or not await ctx.may(person, "get", "sessions", namespace):
             return
         yield b": keepalive\n\n"
-        session = await ctx.reader.get("Session", namespace, conversation)
+        session = await ctx.get("Session", namespace, conversation)
         phase = ((session or {}).get("status") or {}).get("phase") or "Pending"
 
 

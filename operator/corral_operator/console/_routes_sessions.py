@@ -1,8 +1,10 @@
 """The Sessions: the fleet page and a Session's page, and the same reads as JSON. A finished
-Session is shown with its archive (docs/history.md), and from it once the object is gone."""
+Session is shown with its archive (docs/history.md), and from it once the object is gone; its
+delivered work (the Changes) is read from git (`changes.py`)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -15,17 +17,26 @@ from . import pages
 from ._context import ConsoleContext, Obj
 from .access import Person, Refused
 
+# A page waits this long for the Changes; past it the page says they are being read and its
+# script fetches them (the read goes on and its answer is kept).
+PAGE_CHANGES_SECONDS = 3.0
+_READING: set[asyncio.Task[Obj | None]] = set()  # reads a page stopped waiting for
+
 
 def register_session_routes(app: FastAPI, ctx: ConsoleContext) -> None:
+    sign_out = ctx.access.needs_login
+
     @app.get("/", response_class=HTMLResponse)
     async def fleet(request: Request) -> str:
         person = await ctx.person_of(request)
-        return pages.fleet_page(person.name, await ctx.readable(person, "Session"), 0, time.time())
+        found = await ctx.readable(person, "Session")
+        return pages.fleet_page(person.name, found, 0, time.time(), sign_out=sign_out)
 
     @app.get("/ns/{namespace}/sessions/{name}", response_class=HTMLResponse)
     async def session_page(request: Request, namespace: str, name: str) -> str:
         person = await ctx.person_of(request)
         view = await session_view(ctx, person, namespace, name)
+        changes = await _changes_within(ctx, view["session"], PAGE_CHANGES_SECONDS)
         return pages.session_page(
             person.name,
             view["session"],
@@ -34,6 +45,8 @@ def register_session_routes(app: FastAPI, ctx: ConsoleContext) -> None:
             view["mayDecide"],
             time.time(),
             archive=view.get("archive"),
+            changes=changes,
+            sign_out=sign_out,
         )
 
     @app.get("/api/v1/sessions")
@@ -48,6 +61,8 @@ def register_session_routes(app: FastAPI, ctx: ConsoleContext) -> None:
         view = await session_view(ctx, person, namespace, name)
         st = view["session"].get("status") or {}
         ns_deciders = {namespace} if view["mayDecide"] else set()
+        view["delivered"] = pages.delivered_revision(st) or None
+        view["finished"] = _finished(view["session"])
         # The page's live parts, rendered as the page renders them, for the script to swap in.
         view["fragments"] = {
             "phase": pages._phase(st.get("phase")),
@@ -55,6 +70,7 @@ def register_session_routes(app: FastAPI, ctx: ConsoleContext) -> None:
             "tokens": str(pages.tokens(st)),
             "cost": pages.cost(st),
             "message": pages.esc(st.get("message")),
+            "delivered": pages.delivery_html(st.get("delivery")),
             "answer": pages.esc(st.get("answer")),
             "approvals": pages.approval_rows(view["approvals"], ns_deciders, time.time()),
             "plan": pages.plan_html(st.get("plan")),
@@ -64,12 +80,38 @@ def register_session_routes(app: FastAPI, ctx: ConsoleContext) -> None:
         }
         return view
 
+    @app.get("/api/v1/namespaces/{namespace}/sessions/{name}/changes")
+    async def session_changes(request: Request, namespace: str, name: str) -> Obj:
+        """What the Session delivered, turn by turn (`changes.read_changes`), and the page's
+        section rendered."""
+        person = await ctx.person_of(request)
+        session, archive = await find_session(ctx, person, namespace, name)
+        changes = await ctx.reader.changes(session)
+        return {
+            "changes": changes,
+            "html": pages.changes_section(session, changes, archive),
+        }
 
-async def session_view(ctx: ConsoleContext, person: Person, namespace: str, name: str) -> Obj:
-    """A Session with its children, its Approvals (if the person may list them), whether the
-    person may decide them, and its archive's summary once it has finished."""
+
+async def _changes_within(ctx: ConsoleContext, session: Obj, seconds: float) -> Obj | None:
+    """The Session's changes if they are read within `seconds`, else `{"pending": true}`."""
+    task = asyncio.ensure_future(ctx.reader.changes(session))
+    done, _ = await asyncio.wait({task}, timeout=seconds)
+    if task in done:
+        return task.result()
+    _READING.add(task)
+    task.add_done_callback(_READING.discard)
+    return {"pending": True}
+
+
+async def find_session(
+    ctx: ConsoleContext, person: Person, namespace: str, name: str
+) -> tuple[Obj, Obj | None]:
+    """The Session (as the archive keeps it once the object is gone) and its archive's summary
+    once it has finished. 403 when the person may not get Sessions in the namespace, whether or
+    not it exists (the access rule decides on the namespace alone); 404 when there is none."""
     await ctx.require(person, "get", "sessions", namespace)
-    session = await ctx.reader.get("Session", namespace, name)
+    session = await ctx.get("Session", namespace, name)
     archive = None
     if session is None or _finished(session):
         uid = None if session is None else session["metadata"].get("uid")
@@ -79,7 +121,14 @@ async def session_view(ctx: ConsoleContext, person: Person, namespace: str, name
             # The Session object went with its TTL: the record keeps it as it ended.
             session = session or archived.session
     if session is None:
-        raise Refused(404, "not_found", f"session {name} not found in {namespace}")
+        raise Refused(404, "not_found", f"session {name} not found in namespace {namespace}")
+    return session, archive
+
+
+async def session_view(ctx: ConsoleContext, person: Person, namespace: str, name: str) -> Obj:
+    """A Session with its children, its Approvals (if the person may list them), whether the
+    person may decide them, and its archive's summary once it has finished."""
+    session, archive = await find_session(ctx, person, namespace, name)
     siblings = await ctx.reader.objects("Session", namespace)
     children = [
         s for s in siblings

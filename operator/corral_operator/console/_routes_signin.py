@@ -12,11 +12,15 @@ from .access import Refused
 
 def register_signin_routes(app: FastAPI, ctx: ConsoleContext) -> None:
     @app.get("/login", response_class=HTMLResponse)
-    async def login_form() -> str:
-        return pages.login_page()
+    async def login_form() -> Response:
+        if not ctx.access.needs_login:  # `corral console`: the person is whoever runs it
+            return RedirectResponse("/", status_code=303)
+        return HTMLResponse(pages.login_page())
 
     @app.post("/login")
     async def login(request: Request) -> Response:
+        if not ctx.access.needs_login:
+            return RedirectResponse("/", status_code=303)
         form = await form_of(request)
         token = str(form.get("token") or "").strip()
         require_same_origin(request)

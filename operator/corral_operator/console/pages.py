@@ -14,9 +14,14 @@ from typing import Any
 from urllib.parse import quote
 
 from corral_api.decisions import PENDING, approval_action, approval_decision, approval_session
+from corral_api.kinds import FINAL_PHASES
 from corral_api.timestamps import age
 
+from .diffview import changes_html
+
 Obj = dict[str, Any]
+# Set by `corral console --state` on each run's Session (cli/corral_cli/_console_local.py).
+RUN_DIR_ANNOTATION = "corral.dev/state-dir"
 
 
 def esc(value: object) -> str:
@@ -40,13 +45,17 @@ def tokens(status: Obj) -> int:
     return sum(int(usage.get(k) or 0) for k in ("inputTokens", "outputTokens"))
 
 
-def _layout(title: str, person: str, body: str, *, script: bool = False) -> str:
-    who = (
-        f'<span class="who">{esc(person)}</span>'
-        '<form method="post" action="/logout" class="inline"><button>Sign out</button></form>'
-        if person
-        else ""
-    )
+def _layout(
+    title: str, person: str, body: str, *, script: bool = False, sign_out: bool = True
+) -> str:
+    """The page around `body`. `sign_out`: the person signed in with a token of their own (the
+    console in the cluster); under `corral console` they are whoever runs it, so there is no
+    signing out."""
+    who = f'<span class="who">{esc(person)}</span>' if person else ""
+    if person and sign_out:
+        who += (
+            '<form method="post" action="/logout" class="inline"><button>Sign out</button></form>'
+        )
     js = '<script src="/static/console.js" defer></script>' if script else ""
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{esc(title)} · Corral</title>
@@ -106,7 +115,14 @@ def session_tree(sessions: list[Obj]) -> list[tuple[int, Obj]]:
     return ordered
 
 
-def fleet_page(person: str, by_namespace: dict[str, list[Obj]], hidden: int, now: float) -> str:
+def fleet_page(
+    person: str,
+    by_namespace: dict[str, list[Obj]],
+    hidden: int,
+    now: float,
+    *,
+    sign_out: bool = True,
+) -> str:
     parts = ["<h1>Fleet</h1>"]
     if not by_namespace:
         parts.append('<p class="empty">No namespace you may read has Sessions.</p>')
@@ -122,9 +138,9 @@ def fleet_page(person: str, by_namespace: dict[str, list[Obj]], hidden: int, now
             f'<section class="ns" data-namespace="{esc(namespace)}"><h2>{esc(namespace)} '
             f"<small>{len(sessions)} sessions · ${total:.4f}</small></h2>"
             f'<p class="phases">{summary}</p>'
-            '<table class="fleet"><thead><tr><th>Session</th><th>Agent</th><th>Phase</th>'
-            "<th>Turns</th><th>Tokens</th><th>Cost</th><th>Children</th><th>Age</th></tr>"
-            "</thead><tbody>"
+            '<div class="scroll"><table class="fleet"><thead><tr><th>Session</th><th>Agent</th>'
+            "<th>Phase</th><th>Turns</th><th>Tokens</th><th>Cost</th><th>Children</th>"
+            "<th>Age</th></tr></thead><tbody>"
         )
         for depth, s in session_tree(sessions):
             md, st = s["metadata"], s.get("status") or {}
@@ -139,10 +155,10 @@ def fleet_page(person: str, by_namespace: dict[str, list[Obj]], hidden: int, now
                 f"<td>{int(kids.get('total') or 0) or ''}</td>"
                 f"<td>{age(md.get('creationTimestamp'), now)}</td></tr>"
             )
-        parts.append("</tbody></table></section>")
+        parts.append("</tbody></table></div></section>")
     if hidden:
         parts.append(f'<p class="empty">{hidden} namespaces are not yours to read.</p>')
-    return _layout("Fleet", person, "".join(parts))
+    return _layout("Fleet", person, "".join(parts), sign_out=sign_out)
 
 
 # ------------------------------------------------------------------------------- a session
@@ -164,10 +180,20 @@ def plan_html(plan: Obj | None) -> str:
 
 
 def conditions_html(conditions: list[Obj]) -> str:
-    return "".join(
-        f"<tr><td>{esc(c.get('type'))}</td><td>{esc(c.get('status'))}</td>"
-        f"<td>{esc(c.get('reason'))}</td><td>{esc(c.get('message'))}</td></tr>"
+    """The Conditions section's content: a heading and the table, or nothing at all when the
+    Session has none (no empty heading)."""
+    if not conditions:
+        return ""
+    rows = "".join(
+        f'<tr class="condition" data-type="{esc(c.get("type"))}"><td>{esc(c.get("type"))}</td>'
+        f"<td>{esc(c.get('status'))}</td><td>{esc(c.get('reason'))}</td>"
+        f"<td>{esc(c.get('message'))}</td></tr>"
         for c in conditions
+    )
+    return (
+        '<h2>Conditions</h2><div class="scroll"><table class="conditions"><thead><tr>'
+        "<th>Type</th><th>Status</th><th>Reason</th><th>Message</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></div>"
     )
 
 
@@ -231,9 +257,9 @@ def receipts_html(archive: Obj | None) -> str:
     if not rows:
         return head + '<p class="empty">No turn settled.</p>'
     return head + (
-        '<table class="receipts"><thead><tr><th>#</th><th>Status</th><th>Error</th>'
-        "<th>Outcome</th><th>Route</th><th>Cost</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>"
+        '<div class="scroll"><table class="receipts"><thead><tr><th>#</th><th>Status</th>'
+        "<th>Error</th><th>Outcome</th><th>Route</th><th>Cost</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></div>"
     )
 
 
@@ -243,12 +269,22 @@ def _usage_cost(usage: Obj | None) -> str:
     return f"${float(usage['cost']):.4f}"
 
 
+def _decided(status: Obj, decision: str) -> str:
+    """Who decided, when, and the reason they gave (`status.comment`)."""
+    when = f" <small>{esc(status.get('decidedAt'))}</small>" if status.get("decidedAt") else ""
+    comment = status.get("comment")
+    said = f'<q class="comment">{esc(comment)}</q>' if comment else ""
+    return f"{esc(decision)} by {esc(status.get('decidedBy'))}{when}{said}"
+
+
 def approval_rows(approvals: list[Obj], deciders: set[str], now: float) -> str:
-    """One row per Approval; Approve/Deny buttons where this person may decide (the namespace
-    is in `deciders`) and the Approval is still pending."""
+    """One card per Approval: the exact call, why the harness asked, and Approve / Deny where
+    this person may decide (the namespace is in `deciders`) and it is still pending; once
+    decided, who decided and the reason they gave. Cards, not a table's row: the call is long
+    and the buttons must stay on screen at any width (a phone's included)."""
     if not approvals:
         return '<p class="empty">No approvals.</p>'
-    rows = []
+    cards = []
     for a in sorted(approvals, key=lambda a: a["metadata"].get("creationTimestamp", "")):
         md, spec, st = a["metadata"], a.get("spec") or {}, a.get("status") or {}
         ns, decision = md.get("namespace", ""), approval_decision(a)
@@ -257,27 +293,62 @@ def approval_rows(approvals: list[Obj], deciders: set[str], now: float) -> str:
             control = (
                 f'<form method="post" action="{target}" class="decide" '
                 f'data-approval="{esc(md["name"])}" data-namespace="{esc(ns)}">'
-                '<input name="reason" placeholder="reason (optional)">'
+                '<input name="reason" maxlength="4096" placeholder="reason (optional)" '
+                'aria-label="reason">'
+                '<span class="buttons">'
                 '<button name="decision" value="Approved" class="approve">Approve</button>'
-                '<button name="decision" value="Denied" class="deny">Deny</button></form>'
+                '<button name="decision" value="Denied" class="deny">Deny</button></span></form>'
             )
         elif decision == PENDING:
             control = '<span class="muted">you may not decide</span>'
         else:
-            control = f"{esc(decision)} by {esc(st.get('decidedBy'))}"
+            control = _decided(st, decision)
         session = approval_session(a)
-        rows.append(
-            f'<tr class="approval" data-approval="{esc(md["name"])}">'
-            f"<td>{esc(ns)}</td><td>{esc(md['name'])}</td>"
-            f'<td><a href="{session_href(ns, session)}">{esc(session)}</a></td>'
-            f"<td><code>{esc(approval_action(a))}</code></td>"
-            f"<td>{esc(spec.get('reason'))}</td><td>{age(md.get('creationTimestamp'), now)}</td>"
-            f'<td class="decision">{control}</td></tr>'
+        asked = spec.get("reason")
+        cards.append(
+            f'<article class="approval decision-{esc(decision)}" data-approval="{esc(md["name"])}">'
+            f'<div class="approval-head"><b>{esc(md["name"])}</b> <small>{esc(ns)} · session '
+            f'<a href="{session_href(ns, session)}">{esc(session)}</a> · '
+            f"{age(md.get('creationTimestamp'), now)}</small></div>"
+            f'<pre class="call"><code>{esc(approval_action(a))}</code></pre>'
+            + (f'<p class="asked">{esc(asked)}</p>' if asked else "")
+            + f'<div class="decision">{control}</div></article>'
         )
+    return f'<div class="approvals">{"".join(cards)}</div>'
+
+
+def _stream_state(phase: str | None) -> str:
+    """What the live turn's heading says before its stream says more: a finished Session's turn
+    is a record, never "live"."""
+    if (phase or "") in FINAL_PHASES:
+        return '<small id="stream-state" data-state="ended">finished</small>'
+    return '<small id="stream-state">connecting…</small>'
+
+
+def turns_by_submission(status: Obj, archive: Obj | None) -> dict[str, int]:
+    """Each settled submission's turn number, for the Changes' headings: the archive's receipts
+    (a settlement each), then the last settlement in status."""
+    found: dict[str, int] = {}
+    for r in (archive or {}).get("receipts") or []:
+        if r.get("submissionId") and r.get("settlement"):
+            found[str(r["submissionId"])] = int(r["settlement"])
+    last = status.get("lastSettlement") or {}
+    if last.get("submissionId") and last.get("turn"):
+        found.setdefault(str(last["submissionId"]), int(last["turn"]))
+    return found
+
+
+def delivered_revision(status: Obj) -> str:
+    return str((status.get("delivery") or {}).get("revision") or "")
+
+
+def changes_section(session: Obj, changes: Obj | None, archive: Obj | None) -> str:
+    st = session.get("status") or {}
+    inner = changes_html(changes, turns_by_submission(st, archive), session["metadata"]["name"])
+    pending = ' data-pending="true"' if (changes or {}).get("pending") else ""
     return (
-        '<table class="approvals"><thead><tr><th>Namespace</th><th>Approval</th>'
-        "<th>Session</th><th>Action</th><th>Reason</th><th>Age</th><th>Decision</th></tr>"
-        f"</thead><tbody>{''.join(rows)}</tbody></table>"
+        f'<section id="changes" class="changes" data-revision="{esc(delivered_revision(st))}"'
+        f"{pending}>{inner}</section>"
     )
 
 
@@ -289,6 +360,9 @@ def session_page(
     may_decide: bool,
     now: float,
     archive: Obj | None = None,
+    *,
+    changes: Obj | None = None,
+    sign_out: bool = True,
 ) -> str:
     md, spec, st = session["metadata"], session.get("spec") or {}, session.get("status") or {}
     ns, name = md["namespace"], md["name"]
@@ -302,7 +376,9 @@ def session_page(
             ("cost so far", f'<span id="cost">{cost(st)}</span>'),
             ("age", age(md.get("creationTimestamp"), now)),
             ("parent", f'<a href="{session_href(ns, parent)}">{esc(parent)}</a>' if parent else ""),
+            ("delivered", f'<span id="delivered">{delivery_html(st.get("delivery"))}</span>'),
             ("message", f'<span id="message">{esc(st.get("message"))}</span>'),
+            *_run_dir(md),
         ]
     )
     kids = "".join(
@@ -310,33 +386,53 @@ def session_page(
         f"</a> {_phase((c.get('status') or {}).get('phase'))} {cost(c.get('status') or {})}</li>"
         for c in children
     )
-    conditions = conditions_html(st.get("conditions") or [])
     boot = json.dumps({"namespace": ns, "session": name}).replace("</", "<\\/")
     body = f"""<h1>Session {esc(name)} <small>{esc(ns)}</small></h1>
 <div class="cols"><div class="col-main">
 <h2>Task</h2><pre class="task">{esc(spec.get("task"))}</pre>
-<h2>Live turn <small id="stream-state">connecting…</small></h2>
+<h2>Live turn {_stream_state(st.get("phase"))}</h2>
 <ol id="stream" class="stream"></ol>
 <h2>Answer</h2><pre id="answer" class="answer">{esc(st.get("answer"))}</pre>
+<h2>Changes</h2>{changes_section(session, changes, archive)}
 </div><div class="col-side">
-<h2>Status</h2>{facts}
 <h2>Approvals</h2><div id="approvals" data-may-decide="{str(may_decide).lower()}">
 {approval_rows(approvals, {ns} if may_decide else set(), now)}</div>
+<h2>Status</h2>{facts}
 <h2>Plan</h2><div id="plan">{plan_html(st.get("plan"))}</div>
 <h2>Last turn's receipt</h2><div id="receipt">{receipt_html(st.get("lastTurn"))}</div>
 <h2>Receipts</h2><div id="receipts">{receipts_html(archive)}</div>
 <h2>Egress</h2><div id="egress">{egress_html(st.get("egress"))}</div>
 <h2>Children</h2><ul class="children">{kids or '<li class="empty">none</li>'}</ul>
-<h2>Conditions</h2><table class="conditions" id="conditions">{conditions}</table>
+<section id="conditions">{conditions_html(st.get("conditions") or [])}</section>
 </div></div>
 <script type="application/json" id="boot">{boot}</script>"""
-    return _layout(f"Session {name}", person, body, script=True)
+    return _layout(f"Session {name}", person, body, script=True, sign_out=sign_out)
+
+
+def _run_dir(metadata: Obj) -> list[tuple[str, str]]:
+    """A `corral run`'s directory (`corral console --state`): runs of one Session share its
+    name, the directory tells them apart."""
+    run = (metadata.get("annotations") or {}).get(RUN_DIR_ANNOTATION)
+    return [("state directory", f"<code>{esc(run)}</code>")] if run else []
+
+
+def delivery_html(delivery: Obj | None) -> str:
+    """The last delivery in a line: the revision pushed and where, or why nothing was."""
+    if not delivery:
+        return '<span class="muted">nothing yet</span>'
+    revision = delivery.get("revision")
+    pushed = f"<code>{esc(str(revision)[:12])}</code> on " if revision else ""
+    branch = f"<code>{esc(delivery.get('branch'))}</code>" if delivery.get("branch") else ""
+    state = esc(delivery.get("state"))
+    return f"{pushed}{branch} <small>{state}</small>"
 
 
 # ---------------------------------------------------------------------------------- goals
 
 
-def goals_page(person: str, goals: list[Obj], evidences: list[Obj], now: float) -> str:
+def goals_page(
+    person: str, goals: list[Obj], evidences: list[Obj], now: float, *, sign_out: bool = True
+) -> str:
     verdicts = {
         (e["metadata"].get("namespace"), e["metadata"]["name"]): (e.get("status") or {})
         for e in evidences
@@ -365,9 +461,9 @@ def goals_page(person: str, goals: list[Obj], evidences: list[Obj], now: float) 
             f"{int(st.get('waves') or 0)}/{esc(spec.get('maxWaves', 3))} waves · "
             f"{age(md.get('creationTimestamp'), now)}</small></h2>"
             f"<p>{esc(spec.get('description'))}</p>"
-            '<table class="waves"><thead><tr><th>Wave</th><th>Session</th><th>Phase</th>'
-            "<th>Revision</th><th>Evidence</th><th>Verdict</th><th>Message</th></tr></thead>"
-            f"<tbody>{''.join(waves)}</tbody></table></section>"
+            '<div class="scroll"><table class="waves"><thead><tr><th>Wave</th><th>Session</th>'
+            "<th>Phase</th><th>Revision</th><th>Evidence</th><th>Verdict</th><th>Message</th>"
+            f"</tr></thead><tbody>{''.join(waves)}</tbody></table></div></section>"
         )
     rows = "".join(
         f"<tr><td>{esc(e['metadata'].get('namespace'))}</td><td>{esc(e['metadata']['name'])}</td>"
@@ -381,17 +477,19 @@ def goals_page(person: str, goals: list[Obj], evidences: list[Obj], now: float) 
     parts.append(
         "<h2>Evidence</h2>"
         + (
-            '<table class="evidence"><thead><tr><th>Namespace</th><th>Evidence</th>'
-            "<th>Check</th><th>Revision</th><th>Verdict</th><th>Exit</th></tr></thead>"
-            f"<tbody>{rows}</tbody></table>"
+            '<div class="scroll"><table class="evidence"><thead><tr><th>Namespace</th>'
+            "<th>Evidence</th><th>Check</th><th>Revision</th><th>Verdict</th><th>Exit</th>"
+            f"</tr></thead><tbody>{rows}</tbody></table></div>"
             if rows
             else '<p class="empty">No Evidence.</p>'
         )
     )
-    return _layout("Goals", person, "".join(parts))
+    return _layout("Goals", person, "".join(parts), sign_out=sign_out)
 
 
-def approvals_page(person: str, approvals: list[Obj], deciders: set[str], now: float) -> str:
+def approvals_page(
+    person: str, approvals: list[Obj], deciders: set[str], now: float, *, sign_out: bool = True
+) -> str:
     pending = [a for a in approvals if approval_decision(a) == PENDING]
     decided = [a for a in approvals if a not in pending]
     body = (
@@ -400,4 +498,4 @@ def approvals_page(person: str, approvals: list[Obj], deciders: set[str], now: f
         + "<h2>Decided</h2>"
         + approval_rows(decided, deciders, now)
     )
-    return _layout("Approvals", person, body)
+    return _layout("Approvals", person, body, sign_out=sign_out)

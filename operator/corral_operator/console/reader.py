@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from dataclasses import dataclass
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
@@ -24,6 +26,7 @@ from ..builders.podbuilder import WIRE_TOKEN_KEY
 from ..kube import Kube, corral_path, object_path
 from ..planning.session import ownership
 from ..wireclient import DEFAULT_MAX_ANSWER_BYTES, ConversationLost, WireClient, WireFault
+from .changes import RemoteChanges
 
 Obj = dict[str, Any]
 
@@ -57,6 +60,16 @@ class Source(Protocol):
         self, namespace: str, name: str, uid: str | None
     ) -> ArchivedSession | None: ...
 
+    async def changes(self, session: Obj) -> Obj | None:
+        """What the Session delivered, turn by turn (`changes.read_changes`, or
+        `{"unavailable": why}`); None when this source reads no changes."""
+        ...
+
+
+def default_changes_cache() -> Path:
+    """The console's git cache in the operator's Deployment: its /tmp volume."""
+    return Path(tempfile.gettempdir()) / "corral-console-git"
+
 
 @dataclass
 class Reader:
@@ -70,6 +83,13 @@ class Reader:
     # The most read of one live page (the operator's --max-history-bytes; the archive's store
     # has its own cap).
     max_history_bytes: int = DEFAULT_MAX_ANSWER_BYTES
+    # Where delivered work is read from (the Session's remote, into this cache; never the pod).
+    remote_changes: RemoteChanges = field(
+        default_factory=lambda: RemoteChanges(default_changes_cache())
+    )
+
+    async def changes(self, session: Obj) -> Obj | None:
+        return await asyncio.to_thread(self.remote_changes.read, session)
 
     async def archived(self, namespace: str, name: str, uid: str | None) -> ArchivedSession | None:
         """The Session's archive: the same store and reading as the archive reader's (`corral

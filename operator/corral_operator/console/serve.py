@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -15,6 +17,7 @@ from ..kube import Kube
 from ..wireclient import DEFAULT_MAX_ANSWER_BYTES
 from .access import Access, ClusterAccess, KubeconfigAccess
 from .app import build_app
+from .changes import RemoteChanges
 from .reader import Reader, Source
 
 log = logging.getLogger("corral.console")
@@ -97,5 +100,9 @@ def start_in_operator(
 async def serve_kubeconfig(
     kube: Kube, namespaces: tuple[str, ...] | None, host: str, port: int, harness_port: int
 ) -> None:
-    """`corral console`: the person is the kubeconfig; the API server decides every read."""
-    await serve(KubeconfigAccess(kube), Reader(kube, harness_port, namespaces), host, port)
+    """`corral console`: the person is the kubeconfig; the API server decides every read.
+    Delivered work is fetched into the person's own cache directory."""
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    changes = RemoteChanges(cache / "corral" / "console-git")
+    reader = Reader(kube, harness_port, namespaces, remote_changes=changes)
+    await serve(KubeconfigAccess(kube), reader, host, port)

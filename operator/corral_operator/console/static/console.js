@@ -83,7 +83,8 @@
     source.addEventListener("state", (m) => {
       const s = JSON.parse(m.data).state;
       streamState.textContent = s;
-      streamState.dataset.state = s === "live" ? "live" : "waiting";
+      // A finished session's turn is a record (its pod's, or the archive's): never "live".
+      streamState.dataset.state = s === "live" ? "live" : (s === "archived" || s === "finished") ? "ended" : "waiting";
     });
     source.addEventListener("end", (m) => {
       streamState.textContent = JSON.parse(m.data).reason;
@@ -102,6 +103,37 @@
       if (node && node.innerHTML !== html) node.innerHTML = html;
     }
     wireDecisions();
+    // The session ended: what the stream shows from now on is its record, not a live turn.
+    if (view.finished && streamState.dataset.state === "live") {
+      streamState.textContent = "finished";
+      streamState.dataset.state = "ended";
+    }
+    refreshChanges(view.delivered || "");
+  }
+
+  // The Changes are read from git once per delivered revision (the server keeps them): again
+  // only when a turn delivers a new one, or when the page could not wait for them.
+  let changesLoading = false;
+  async function refreshChanges(delivered) {
+    const section = document.getElementById("changes");
+    if (!section || changesLoading) return;
+    if (section.dataset.revision === delivered && !section.dataset.pending) return;
+    changesLoading = true;
+    try {
+      const answer = await fetch(`${base}/changes`, { headers: { Accept: "application/json" } });
+      if (!answer.ok) {
+        // Not asked again every 2 s: the next delivered revision, or a reload, tries again.
+        section.dataset.revision = delivered;
+        delete section.dataset.pending;
+        return;
+      }
+      const found = await answer.json();
+      const fresh = document.createElement("div");
+      fresh.innerHTML = found.html;
+      section.replaceWith(fresh.firstElementChild);
+    } finally {
+      changesLoading = false;
+    }
   }
 
   // Decisions go to the JSON API; the console writes them with your own credentials.
