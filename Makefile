@@ -80,11 +80,29 @@ node-background:
 	    > "$(HOME)/.cache/corral/node-build.log" 2>&1 < /dev/null & \
 	fi
 
-test: $(STAMP) node-background lint crds-check control-plane exec exec-check gateway gateway-check ## Everything CI runs: lint, drift check, Go and Python tests (unit, wire, cluster, attack, node)
-	$(BIN)/pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadgroup
+test: $(STAMP) node-background lint crds-check chart-check control-plane exec exec-check gateway gateway-check ## Everything CI runs: lint, drift check, Go and Python tests (unit, wire, cluster, attack, node)
+	@bash hack/path-tests.sh start
+	@# The unit and local-node tiers run from the path test's copy (hack/path-tests.sh), not here.
+	$(BIN)/pytest -q -p no:cacheprovider -rs -n $(TEST_WORKERS) --dist loadgroup \
+	  --ignore=tests/unit --ignore=tests/cluster/test_localnode.py; rc=$$?; \
+	  bash hack/path-tests.sh wait || rc=$${rc/#0/1}; exit $$rc
 
 test-unit: $(STAMP) ## Unit tests only (no processes, no cluster)
 	$(BIN)/pytest -q -p no:cacheprovider tests/unit
+
+# checkov, the chart's manifest scanner (docs/security.md), pinned in its own venv so that
+# .venv stays lean; uv installs it from its cache in seconds on a warm machine.
+CHECKOV_VERSION := 3.3.30
+CHECKOV_VENV := $(HOME)/.cache/corral/venv-checkov
+
+$(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION): | $(STAMP)
+	rm -rf $(CHECKOV_VENV)
+	$(BIN)/uv venv -q --python $(PYTHON) $(CHECKOV_VENV)
+	$(BIN)/uv pip install -q --python $(CHECKOV_VENV)/bin/python 'checkov==$(CHECKOV_VERSION)'
+	@touch $@
+
+chart-check: $(STAMP) control-plane $(CHECKOV_VENV)/.installed-$(CHECKOV_VERSION) ## helm lint --strict, the chart README's drift, checkov over the rendered chart and a sandbox pod
+	$(BIN)/python hack/chart-check.py --checkov $(CHECKOV_VENV)/bin/checkov
 
 # The semantic memory embedder's tests run in their own venv, so .venv and `make test` stay lean.
 EMBED_VENV := $(HOME)/.cache/corral/venv-memory-embeddings
@@ -128,4 +146,4 @@ e2e-kind: ## End-to-end on kind (needs Docker and kind; not in CI here)
 clean: ## Remove the venv and local state (keeps the binary cache)
 	rm -rf $(VENV) .corral
 
-.PHONY: help venv node node-background exec exec-check gateway gateway-check control-plane crds crds-check lint test test-unit test-embeddings bench bench-peers demo dev-cluster dev-cluster-down e2e-kind clean
+.PHONY: help venv node node-background exec exec-check gateway gateway-check control-plane crds crds-check chart-check lint test test-unit test-embeddings bench bench-peers demo dev-cluster dev-cluster-down e2e-kind clean

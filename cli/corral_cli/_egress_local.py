@@ -53,10 +53,17 @@ def find_gateway(environ: dict[str, str] | None = None) -> Path | None:
 
 
 def run_binding(
-    agent: Agent, name: str, upstream: str, repo: str | None, credential: str
+    agent: Agent,
+    name: str,
+    upstream: str,
+    repo: str | None,
+    credential: str,
+    collector: str | None = None,
 ) -> dict[str, Any]:
     """The binding of this run, as the operator would write it on a sandbox pod."""
     custodian = [egress.url_rule(upstream, private=True)]
+    if collector:  # the trace collector the custodian relays the harness's spans to
+        custodian.append(egress.url_rule(collector, private=True))
     if repo and "://" in repo:
         custodian.append(egress.url_rule(repo, private=False))
     annotation = egress.binding(
@@ -118,6 +125,11 @@ class LocalGateway:
                 self.process.kill()
                 self.process.wait()
 
+    def kill(self) -> None:
+        """No more grace (a Ctrl-C while the run stops): `stop` then finds it gone."""
+        if self.process.poll() is None:
+            self.process.kill()
+
 
 def start_local_gateway(
     binary: Path,
@@ -127,6 +139,7 @@ def start_local_gateway(
     upstream: str,
     repo: str | None,
     *,
+    collector: str | None = None,
     ready_timeout: float = 20.0,
 ) -> LocalGateway:
     """Start the gateway with this run's binding; LocalGatewayError with its log's end."""
@@ -137,7 +150,7 @@ def start_local_gateway(
     credential_file.write_text(credential + "\n")
     credential_file.chmod(0o600)
     bindings = state_dir / "egress-bindings.json"
-    binding = run_binding(agent, name, upstream, repo, credential)
+    binding = run_binding(agent, name, upstream, repo, credential, collector)
     entry = {"ip": "127.0.0.1", "uid": f"local-{name}", "binding": binding}
     bindings.write_text(json.dumps([entry]))
     proxy_port, admin_port = free_port(), free_port()

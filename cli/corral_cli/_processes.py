@@ -152,17 +152,24 @@ class Parts:
                 await asyncio.sleep(0.05)
 
     def stop(self, grace: float = 5.0) -> None:
+        """Stop the parts in the reverse of their start, each gone before the next is told:
+        the harness's last spans reach the custodian's trace relay while it still listens."""
         for part in reversed(self.running):
             if part.process.poll() is None:
                 part.process.send_signal(signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        for part in reversed(self.running):
             try:
-                part.process.wait(max(0.0, deadline - time.monotonic()))
+                part.process.wait(grace)
             except subprocess.TimeoutExpired:
                 part.process.kill()
                 part.process.wait()
         self.running.clear()
+
+    def kill(self) -> None:
+        """No more grace (a Ctrl-C while they stop): every part still running is killed now;
+        `stop` then finds them gone."""
+        for part in self.running:
+            if part.process.poll() is None:
+                part.process.kill()
 
 
 def base_env(drop: tuple[str, ...] = ()) -> dict[str, str]:

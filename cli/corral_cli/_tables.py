@@ -6,8 +6,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from corral_api.decisions import approval_action, approval_decision, approval_session
-
 from ._cluster import age
 
 Obj = dict[str, Any]
@@ -93,11 +91,15 @@ def _evidence_cells(e: Obj, now: float) -> tuple[Row, Row]:
 
 def describe_action(approval: Obj, width: int = 60) -> str:
     """The exact call an Approval names, cut to `width` characters."""
+    from corral_api.decisions import approval_action
+
     text = approval_action(approval)
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
 def _approval_cells(a: Obj, now: float) -> tuple[Row, Row]:
+    from corral_api.decisions import approval_decision, approval_session
+
     base = [
         approval_session(a),
         describe_action(a),

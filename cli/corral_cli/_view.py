@@ -19,6 +19,8 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.text import Text
 
+from ._errors import no_color
+
 _ARGS_CHARS = 160
 _RESULT_CHARS = 240
 
@@ -235,6 +237,11 @@ def describe_shape(event: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def outcome_word(record: dict[str, Any]) -> str:
+    """The outcome line's first word: the session's phase, or Interrupted / Error."""
+    return str(record.get("outcome") or record.get("phase"))
+
+
 class PlainView:
     """Plain lines for logs and pipes: no colour, no live widgets."""
 
@@ -261,7 +268,7 @@ class PlainView:
         print(text, file=self.out, flush=True)
 
     def outcome(self, record: dict[str, Any]) -> None:
-        print(f"{record['phase']}: {record['message']}", file=self.out, flush=True)
+        print(f"{outcome_word(record)}: {record['message']}", file=self.out, flush=True)
 
     def prompt(self, question: str) -> str:
         return input(question)
@@ -296,7 +303,9 @@ class LiveView:
     """The terminal view: events scroll above a status panel that stays at the bottom."""
 
     def __init__(self, title: str, console: Console | None = None) -> None:
-        self.console = console or Console()
+        # $NO_COLOR (or --no-color): no escape sequence for style at all, not only no colour
+        # (rich's own no_color keeps bold and dim); the status panel still redraws in place.
+        self.console = console or Console(color_system=None if no_color() else "auto")
         self.title = title
         self.tally = Tally()
         self._live = Live(self._panel(), console=self.console, refresh_per_second=8)
@@ -344,8 +353,9 @@ class LiveView:
             self._live.start()
 
     def outcome(self, record: dict[str, Any]) -> None:
-        style = "bold green" if record["phase"] == "Succeeded" else "bold red"
-        self.console.print(Text(f"{record['phase']}: {record['message']}", style=style))
+        word = outcome_word(record)
+        style = "bold green" if word == "Succeeded" else "bold red"
+        self.console.print(Text(f"{word}: {record['message']}", style=style))
 
 
 def choose_view(title: str, *, json_lines: bool, out: TextIO | None = None) -> View:

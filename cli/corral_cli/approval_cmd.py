@@ -5,8 +5,9 @@ A person decides with their own kubeconfig: the decision is a write of the Appro
 subresource, so RBAC (`update` on `approvals/status`) says who may decide, and the chart's
 ValidatingAdmissionPolicy refuses a decision whose `status.decidedBy` is not the user making
 the request. The command asks the API server who the caller is (a SelfSubjectReview) and writes
-that name. Exit status: 0 decided, 1 refused (RBAC, admission, not found, already decided), 2
-bad usage or an unexpected error (130 on Ctrl-C).
+that name. Exit status: 0 decided, 1 decided already (by someone else, or before: nothing
+written), 2 an error (bad usage, RBAC or admission refusing, no such approval, the API server
+unreachable: `_errors`), 130 on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -16,25 +17,22 @@ import sys
 from collections.abc import Sequence
 from datetime import UTC, datetime
 
-from corral_api.decisions import APPROVED, DENIED, PENDING, approval_decision, decision_patch
-
-from ._cluster import EXIT_OK, EXIT_REFUSED, add_cluster_options, connect, whoami
-from ._reader import guarded
+from ._cluster import add_cluster_options, connect, guarded, not_found, whoami
+from ._errors import EXIT_OK, EXIT_OUTCOME, Parser, exit_epilog
 from ._tables import describe_action
 
-DECISIONS = {"approve": APPROVED, "deny": DENIED}
+DECISIONS = {"approve": "Approved", "deny": "Denied"}  # corral_api.decisions' words
 
 
-def _decide_parser(verb: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser(verb: str) -> argparse.ArgumentParser:
+    p = Parser(
         prog=f"corral {verb}",
         description=(
             "Approve the exact call an Approval names: the waiting session replays it."
             if verb == "approve"
             else "Deny the exact call an Approval names: the waiting session is told so."
         ),
-        epilog="exit status: 0 decided, 1 refused (RBAC, admission, not found, already "
-        "decided), 2 bad usage or an unexpected error",
+        epilog=exit_epilog("the approval was decided already (nothing written)"),
     )
     p.add_argument("name", help="the Approval's name (`corral get approvals`)")
     p.add_argument("--reason", default="", help="why; kept in status.comment")
@@ -43,28 +41,23 @@ def _decide_parser(verb: str) -> argparse.ArgumentParser:
 
 
 async def _decide(verb: str, args: argparse.Namespace) -> int:
-    from corral_kube import MERGE_PATCH, KubeRefused
+    kube, namespace = await connect(args)
+    from corral_api.decisions import PENDING, approval_decision, decision_patch
+    from corral_kube import MERGE_PATCH
     from corral_operator.kube import corral_path
 
-    kube, namespace = await connect(args)
     path = corral_path("Approval", namespace, args.name)
     try:
         approval = await kube.get(path)
         if approval is None:
-            print(
-                f"corral {verb}: approval {args.name!r} not found in {namespace}", file=sys.stderr
-            )
-            return EXIT_REFUSED
+            raise not_found("approvals", args.name, namespace)
         current = approval_decision(approval)
         if current != PENDING:
             print(f"corral {verb}: approval {args.name} is already {current}", file=sys.stderr)
-            return EXIT_REFUSED
+            return EXIT_OUTCOME
         user = await whoami(kube)
         body = decision_patch(approval, DECISIONS[verb], user, args.reason, datetime.now(UTC))
         await kube.request("PATCH", f"{path}/status", body=body, content_type=MERGE_PATCH)
-    except KubeRefused as err:
-        print(f"corral {verb}: the API server refused: {err.message}", file=sys.stderr)
-        return EXIT_REFUSED
     finally:
         await kube.close()
     print(f"approval.corral.dev/{args.name} {DECISIONS[verb].lower()} by {user}: "
@@ -73,6 +66,5 @@ async def _decide(verb: str, args: argparse.Namespace) -> int:
 
 
 def decide_main(verb: str, argv: Sequence[str]) -> int:
-    args = _decide_parser(verb).parse_args(list(argv))
+    args = build_parser(verb).parse_args(list(argv))
     return guarded(verb, _decide(verb, args))
-

@@ -23,6 +23,8 @@ from corral_harness.context import UnknownLayer, resolve_budgets
 from corral_harness.policy.turn_policy import CorralTurnPolicy
 from corral_harness.ports import ModelRequestPlan, ToolSpec, TurnContext
 
+from ._errors import Parser, exit_epilog
+from ._errors import report as report_error
 from ._manifests import ManifestError, load_manifests, pick_session
 
 WORKING_TOOLS = (
@@ -35,10 +37,11 @@ WORKING_TOOLS = (
 )
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(
         prog="corral context",
         description="Print the context the harness would assemble for a Session's task.",
+        epilog=exit_epilog("printed, but the window does not fit: the turn would stop"),
     )
     p.add_argument("-f", "--filename", required=True, type=Path, help="Session YAML file")
     p.add_argument(
@@ -144,7 +147,7 @@ def render_text(report: dict[str, Any]) -> str:
 
 
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     try:
         budgets = parse_budgets(args.budget)
         workspace: Path = args.workspace
@@ -154,8 +157,7 @@ def main(argv: list[str]) -> int:
         session, agent = pick_session(load_manifests(paths), [args.filename.parent])
         report = build_report(agent.spec, session.spec, workspace, budgets)
     except (ManifestError, UnknownLayer, ValueError) as exc:
-        print(f"corral context: {exc}", file=sys.stderr)
-        return 2
+        return report_error("corral context", str(exc), json_output=args.json)
     if args.json:
         json.dump(report, sys.stdout, indent=2, ensure_ascii=False)
         sys.stdout.write("\n")

@@ -6,22 +6,22 @@ kubeconfig; the receipts from the operator's archive reader, live or archived (d
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from ._cluster import EXIT_OK, EXIT_REFUSED, add_cluster_options, age, connect, table
-from ._reader import ReaderClient, ReaderUnavailable, add_reader_options, guarded
+from ._cluster import add_cluster_options, age, connect, guarded, not_found, table
+from ._errors import EXIT_OK, Parser, exit_epilog, offer
+from ._reader import ReaderClient, ReaderUnavailable, add_reader_options
 from ._tables import cost
 from ._view import ledger_line, plan_lines
 
 Obj = dict[str, Any]
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="corral describe", description=__doc__)
-    p.add_argument("kind", help="session (the one kind described so far)")
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="corral describe", description=__doc__, epilog=exit_epilog())
+    offer(p.add_argument("kind", help="session (the one kind described so far)"), ["session"])
     p.add_argument("name", help="the Session's name")
     add_reader_options(p)
     add_cluster_options(p)
@@ -179,16 +179,13 @@ async def transcript_of(args: argparse.Namespace, kube: Any, namespace: str) -> 
 
 
 async def _describe(args: argparse.Namespace) -> int:
-    from corral_kube import KubeRefused
+    kube, namespace = await connect(args)
     from corral_operator.kube import corral_path
 
-    kube, namespace = await connect(args)
     try:
         session = await kube.get(corral_path("Session", namespace, args.name))
         if session is None:
-            print(f'Error from server (NotFound): sessions "{args.name}" not found',
-                  file=sys.stderr)  # fmt: skip
-            return EXIT_REFUSED
+            raise not_found("sessions", args.name, namespace)
         siblings = await kube.list(corral_path("Session", namespace))
         children = [
             s for s in siblings
@@ -203,9 +200,6 @@ async def _describe(args: argparse.Namespace) -> int:
             key=lambda e: e.get("lastTimestamp") or e["metadata"].get("creationTimestamp") or "",
         )
         receipts, note = await transcript_of(args, kube, namespace)
-    except KubeRefused as err:
-        print(f"Error from server: {err.message}", file=sys.stderr)
-        return EXIT_REFUSED
     finally:
         await kube.close()
     print(render(session, children, events, receipts, note, time.time()))
@@ -213,7 +207,7 @@ async def _describe(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    p = _parser()
+    p = build_parser()
     args = p.parse_args(list(argv))
     if args.kind not in ("session", "sessions", "sess", "cs"):
         p.error(f"describe knows sessions; {args.kind!r} is not one")

@@ -22,35 +22,26 @@ import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
 
-from corral_api.evidence import verdicts_at
-from corral_api.labels import EVIDENCE_CHECK, EVIDENCE_REPO, EVIDENCE_REVISION, repo_hash
-
-from ._cluster import EXIT_ERROR, EXIT_OK, add_cluster_options, connect, parse_duration
+from ._cluster import add_cluster_options, connect, parse_duration
+from ._errors import EXIT_ERROR, EXIT_OK, Parser, offer
 
 EXIT_FAIL = 1
 EXIT_PENDING = 3
 _FULL_SHA = re.compile(r"^[0-9a-f]{40}$")
 _POLL_SECONDS = 2.0
+VERBS = ("check",)
 
 
-class _Usage(Exception):
-    pass
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> Any:  # argparse exits 2 too; keep the message ours
-        raise _Usage(message)
-
-
-def _parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog="corral evidence check",
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(
+        prog="corral evidence",
         description="Print the Evidence verdict at a revision and exit by it (a CI gate).",
-        epilog="exit status: 0 Pass, 1 Fail, 2 error or no such check, 3 still pending when "
-        "the wait ran out",
+        epilog="exit status: 0 Pass, 1 Fail, 2 an error (no such check, a check that could not "
+        "run, bad usage, no kubeconfig, the API server unreachable or refusing), 3 still "
+        "pending when the wait ran out, 130 interrupted",
     )
+    offer(p.add_argument("verb", choices=VERBS, help="check: the gate"), VERBS)
     p.add_argument("--repo", required=True, help="the repository URL, exactly as the Session's "
                    "spec.workspace.repo names it")  # fmt: skip
     p.add_argument("--revision", required=True, help="the full 40-character commit SHA")
@@ -62,6 +53,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def selector(repo: str, revision: str, check: str | None) -> str:
+    from corral_api.labels import EVIDENCE_CHECK, EVIDENCE_REPO, EVIDENCE_REVISION, repo_hash
+
     labels = {EVIDENCE_REVISION: revision, EVIDENCE_REPO: repo_hash(repo)}
     if check is not None:
         labels[EVIDENCE_CHECK] = check
@@ -88,9 +81,10 @@ EXIT_BY_VERDICT = {
 
 
 async def _check(args: argparse.Namespace, wait_seconds: float) -> int:
+    kube, namespace = await connect(args)
+    from corral_api.evidence import verdicts_at
     from corral_operator.kube import corral_path
 
-    kube, namespace = await connect(args)
     deadline = time.monotonic() + wait_seconds
     try:
         while True:
@@ -127,23 +121,15 @@ def _report(
 
 def main(argv: Sequence[str]) -> int:
     argv = list(argv)
-    if not argv or argv[0] in ("-h", "--help"):
-        _parser().print_help()
-        return EXIT_OK if argv else EXIT_ERROR
-    if argv[0] != "check":
-        print(f"corral evidence: unknown verb {argv[0]!r}; use `corral evidence check`",
-              file=sys.stderr)  # fmt: skip
+    parser = build_parser()
+    if not argv:
+        parser.print_help()
         return EXIT_ERROR
+    args = parser.parse_args(argv)
+    if not _FULL_SHA.match(args.revision):
+        parser.error("--revision must be the full 40-character lowercase SHA")
     try:
-        args = _parser().parse_args(argv[1:])
-        if not _FULL_SHA.match(args.revision):
-            raise _Usage("--revision must be the full 40-character lowercase SHA")
         wait_seconds = parse_duration(args.wait)
-    except (_Usage, ValueError) as err:
-        print(f"corral evidence check: {err}", file=sys.stderr)
-        return EXIT_ERROR
-    try:
-        return asyncio.run(_check(args, wait_seconds))
-    except Exception as exc:
-        print(f"corral evidence check: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return EXIT_ERROR
+    except ValueError as err:
+        parser.error(f"--wait: {err}")
+    return asyncio.run(_check(args, wait_seconds))

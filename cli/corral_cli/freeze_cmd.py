@@ -17,13 +17,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import sys
 from collections.abc import Sequence
 from typing import Any
 
-from corral_api import API_VERSION
-
-from ._cluster import connect
+from ._cluster import add_cluster_options, connect
+from ._errors import CommandError, Parser, exit_epilog
 
 SCOPES = ("session", "agent", "namespace")
 _NAME_LIMIT = 253
@@ -42,6 +40,8 @@ def freeze_name(scope: str, target: str | None) -> str:
 
 def freeze_manifest(scope: str, target: str | None, namespace: str, reason: str) -> dict[str, Any]:
     """The Freeze for `scope` (session|agent|namespace) in `namespace`."""
+    from corral_api import API_VERSION
+
     if scope not in SCOPES:
         raise ValueError(f"scope must be one of {', '.join(SCOPES)}, not {scope!r}")
     if (scope == "namespace") != (target is None):
@@ -70,9 +70,10 @@ def describe_scope(scope: str, target: str | None, namespace: str) -> str:
     return f"every session in namespace {namespace}"
 
 
-def _parser(verb: str) -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser(verb: str) -> argparse.ArgumentParser:
+    p = Parser(
         prog=f"corral {verb}",
+        epilog=exit_epilog(),
         description=(
             "Hold work: abort the turns in flight, admit nothing new, refuse model calls, "
             "pushes and spawns."
@@ -82,9 +83,7 @@ def _parser(verb: str) -> argparse.ArgumentParser:
     )
     p.add_argument("scope", choices=SCOPES, help="what to hold: a session tree, an agent, all")
     p.add_argument("name", nargs="?", help="the Session or Agent (none for namespace)")
-    p.add_argument("-n", "--namespace", help="namespace (default: the kubeconfig context's)")
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG, ~/.kube/config)")
-    p.add_argument("--context", help="kubeconfig context")
+    add_cluster_options(p)
     if verb == "freeze":
         p.add_argument("--reason", default="", help="why; shown on every held Session")
     else:
@@ -95,10 +94,10 @@ def _parser(verb: str) -> argparse.ArgumentParser:
 
 
 async def _run(verb: str, args: argparse.Namespace) -> int:
-    from corral_kube import MERGE_PATCH, KubeRefused
+    kube, namespace = await connect(args)
+    from corral_kube import MERGE_PATCH
     from corral_operator.kube import corral_path
 
-    kube, namespace = await connect(args)
     name = freeze_name(args.scope, args.name)
     path = corral_path("Freeze", namespace, name)
     what = describe_scope(args.scope, args.name, namespace)
@@ -118,19 +117,18 @@ async def _run(verb: str, args: argparse.Namespace) -> int:
             print(f"freeze.corral.dev/{name} lifted (kept, frozen: false): {what} continues")
             return 0
         if not await kube.delete(path):
-            print(f"corral unfreeze: no Freeze {name} in namespace {namespace}", file=sys.stderr)
-            return 1
+            raise CommandError(
+                f'freezes "{name}" not found in namespace {namespace}: {what} is not frozen by it',
+                f"`kubectl get freezes -n {namespace}` lists the freezes there are",
+            )
         print(f"freeze.corral.dev/{name} deleted: {what} continues")
         return 0
-    except KubeRefused as err:
-        print(f"corral {verb}: the API server refused: {err}", file=sys.stderr)
-        return 1
     finally:
         await kube.close()
 
 
 def main(verb: str, argv: Sequence[str]) -> int:
-    parser = _parser(verb)
+    parser = build_parser(verb)
     args = parser.parse_args(list(argv))
     try:
         freeze_manifest(args.scope, args.name, "check", "")

@@ -1,6 +1,6 @@
 """`corral get sessions|goals|approvals|evidence [NAME]`: kubectl's tables for Corral's kinds,
-read with the caller's own kubeconfig (docs/cli.md). Exit status: 0 listed, 1 the API server
-refused or NAME is not there, 2 bad usage or an unexpected error."""
+read with the caller's own kubeconfig (docs/cli.md). Exit status: 0 listed, 2 anything else
+(bad usage, the API server refusing or unreachable, NAME not there: `_errors`)."""
 
 from __future__ import annotations
 
@@ -13,11 +13,12 @@ from typing import Any
 
 import yaml
 
-from corral_api.decisions import PENDING, approval_decision
-
-from ._cluster import EXIT_OK, EXIT_REFUSED, add_cluster_options, connect, table
-from ._reader import guarded
+from ._cluster import add_cluster_options, connect, guarded, not_found, table
+from ._errors import EXIT_OK, CommandError, Parser, exit_epilog, offer
 from ._tables import KINDS, rows
+
+# What `corral get` lists, by the names completion offers (KINDS takes short names too).
+KIND_WORDS = ("sessions", "goals", "approvals", "evidence")
 
 API = "/apis/corral.dev/v1alpha1"
 
@@ -27,12 +28,16 @@ def add_output_options(p: argparse.ArgumentParser, *, wide: bool = True) -> None
     p.add_argument("-o", "--output", choices=choices, default="table")
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(
         prog="corral get",
         description="List Sessions, Goals, Approvals or Evidence (or one by name).",
+        epilog=exit_epilog(),
     )
-    p.add_argument("kind", help="sessions, goals, approvals or evidence (or a short name)")
+    offer(
+        p.add_argument("kind", help="sessions, goals, approvals or evidence (or a short name)"),
+        KIND_WORDS,
+    )
     p.add_argument("name", nargs="?", help="one object")
     p.add_argument("-A", "--all-namespaces", action="store_true", help="every namespace")
     p.add_argument("-l", "--selector", help="label selector, e.g. corral.dev/agent=coder")
@@ -51,31 +56,25 @@ def dump(items: list[dict[str, Any]], output: str, *, single: bool) -> str:
 
 
 async def _get(args: argparse.Namespace) -> int:
-    from corral_kube import KubeRefused
+    kind, plural = KINDS[args.kind]
+    if args.pending and kind != "Approval":
+        raise CommandError("--pending is for approvals", "corral get approvals --pending")
+    kube, namespace = await connect(args)
+    from corral_api.decisions import PENDING, approval_decision
     from corral_operator.kube import corral_path
 
-    kind, plural = KINDS[args.kind]
-    kube, namespace = await connect(args)
     try:
         if args.name:
             found = await kube.get(corral_path(kind, namespace, args.name))
             if found is None:
-                print(f'Error from server (NotFound): {plural} "{args.name}" not found',
-                      file=sys.stderr)  # fmt: skip
-                return EXIT_REFUSED
+                raise not_found(plural, args.name, namespace)
             items = [found]
         else:
             path = f"{API}/{plural}" if args.all_namespaces else corral_path(kind, namespace)
             items = await kube.list(path, label_selector=args.selector)
-    except KubeRefused as err:
-        print(f"Error from server: {err.message}", file=sys.stderr)
-        return EXIT_REFUSED
     finally:
         await kube.close()
     if args.pending:
-        if kind != "Approval":
-            print("corral get: --pending is for approvals", file=sys.stderr)
-            return 2
         items = [a for a in items if approval_decision(a) == PENDING]
     if args.output in ("json", "yaml"):
         print(dump(items, args.output, single=bool(args.name)))
@@ -89,7 +88,7 @@ async def _get(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str]) -> int:
-    p = _parser()
+    p = build_parser()
     args = p.parse_args(list(argv))
     if args.kind not in KINDS:
         p.error(f"unknown kind {args.kind!r}: sessions, goals, approvals or evidence")

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from collections.abc import Sequence
 
-from ._cluster import EXIT_OK, EXIT_REFUSED, add_cluster_options, connect
-from ._reader import ReaderClient, ReaderUnavailable, add_reader_options, guarded
+from ._cluster import add_cluster_options, connect, guarded, not_found
+from ._errors import EXIT_OK, Parser, exit_epilog
+from ._reader import ReaderClient, add_reader_options
 from ._view import choose_view
 
 FOLLOW_WAIT = 10.0
@@ -19,8 +19,8 @@ FOLLOW_WAIT = 10.0
 IDLE_POLL = 1.0
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="corral logs", description=__doc__)
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="corral logs", description=__doc__, epilog=exit_epilog())
     p.add_argument("name", help="the Session's name")
     p.add_argument("-f", "--follow", action="store_true", help="follow until the session ends")
     p.add_argument("--json", action="store_true", help="one JSON event per line")
@@ -33,9 +33,6 @@ async def _logs(args: argparse.Namespace) -> int:
     kube, namespace = await connect(args)
     try:
         reader = await ReaderClient.from_args(args, kube, namespace)
-    except ReaderUnavailable as why:
-        print(f"corral logs: {why}", file=sys.stderr)
-        return EXIT_REFUSED
     finally:
         await kube.close()
     offset = 0
@@ -45,9 +42,9 @@ async def _logs(args: argparse.Namespace) -> int:
             while True:
                 page = await reader.transcript(offset, FOLLOW_WAIT if args.follow else 0)
                 if page is None:
-                    print(f"corral logs: no session {args.name} in {namespace} and no archive "
-                          "of one", file=sys.stderr)  # fmt: skip
-                    return EXIT_REFUSED
+                    missing = not_found("sessions", args.name, namespace)
+                    missing.message += " (live or archived)"
+                    raise missing
                 for event in page["events"]:
                     view.event(event)
                 offset, phase = int(page["offset"]), page.get("phase")
@@ -57,13 +54,10 @@ async def _logs(args: argparse.Namespace) -> int:
                     await asyncio.sleep(IDLE_POLL)
             if args.follow:
                 view.note(f"session {args.name}: {phase} ({offset} events)")
-    except ReaderUnavailable as why:
-        print(f"corral logs: {why}", file=sys.stderr)
-        return EXIT_REFUSED
     finally:
         await reader.aclose()
     return EXIT_OK
 
 
 def main(argv: Sequence[str]) -> int:
-    return guarded("logs", _logs(_parser().parse_args(list(argv))))
+    return guarded("logs", _logs(build_parser().parse_args(list(argv))))

@@ -4,6 +4,9 @@ next turn, which starts from it. It acts with the caller's own credentials (RBAC
 sessions).
 
     corral reply NAME TEXT [-n NS] [--kubeconfig FILE] [--context CTX]
+
+Exit status: 0 replied, 1 the Session is not waiting for a reply (nothing written), 2 an error
+(`_errors`).
 """
 
 from __future__ import annotations
@@ -13,14 +16,17 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
-from ._cluster import EXIT_ERROR, EXIT_OK, EXIT_REFUSED, add_cluster_options, connect
+from ._cluster import add_cluster_options, connect, not_found
+from ._errors import EXIT_OK, EXIT_OUTCOME, CommandError, Parser, exit_epilog
 
 CONFLICT_RETRIES = 5
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="corral reply", description="Answer the question a Session is waiting on."
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(
+        prog="corral reply",
+        description="Answer the question a Session is waiting on.",
+        epilog=exit_epilog("the session is not waiting for a reply (nothing written)"),
     )
     p.add_argument("session", help="the Session's name")
     p.add_argument("text", nargs="+", help="the answer (words are joined with spaces)")
@@ -29,18 +35,17 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def reply(args: argparse.Namespace) -> int:
-    from corral_kube import MERGE_PATCH, Conflict, KubeRefused
+    kube, namespace = await connect(args)
+    from corral_kube import MERGE_PATCH, Conflict
     from corral_operator.kube import corral_path
 
-    kube, namespace = await connect(args)
     path = corral_path("Session", namespace, args.session)
     text = " ".join(args.text).strip()
     try:
         for _ in range(CONFLICT_RETRIES):
             session = await kube.get(path)
             if session is None:
-                print(f"corral reply: no Session {args.session} in {namespace}", file=sys.stderr)
-                return EXIT_REFUSED
+                raise not_found("sessions", args.session, namespace)
             status = session.get("status") or {}
             if not status.get("question"):
                 phase = status.get("phase", "Pending")
@@ -49,7 +54,7 @@ async def reply(args: argparse.Namespace) -> int:
                     f"(phase {phase}, no question in its status)",
                     file=sys.stderr,
                 )
-                return EXIT_REFUSED
+                return EXIT_OUTCOME
             replies = [*(session.get("spec") or {}).get("replies", []), text]
             # The resourceVersion makes the append exact: a concurrent reply is a 409, retried.
             body = {
@@ -62,18 +67,16 @@ async def reply(args: argparse.Namespace) -> int:
                 continue
             print(f"session.corral.dev/{args.session} replied ({len(replies)} replies)")
             return EXIT_OK
-        print("corral reply: the Session kept changing; try again", file=sys.stderr)
-        return EXIT_REFUSED
-    except KubeRefused as err:
-        print(f"corral reply: the API server refused: {err}", file=sys.stderr)
-        return EXIT_REFUSED
+        raise CommandError(
+            f"session {args.session} kept changing while the reply was written", "try again"
+        )
     finally:
         await kube.close()
 
 
 def main(argv: Sequence[str]) -> int:
-    args = _parser().parse_args(list(argv))
+    parser = build_parser()
+    args = parser.parse_args(list(argv))
     if not " ".join(args.text).strip():
-        print("corral reply: the answer is empty", file=sys.stderr)
-        return EXIT_ERROR
+        parser.error("the answer is empty")
     return asyncio.run(reply(args))

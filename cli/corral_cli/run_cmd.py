@@ -3,7 +3,10 @@
 The same harness and custodian as in a sandbox pod run here as local processes on loopback
 ports, with the workspace as the granted root, and the operator's own turn driver drives the
 turns through the wire. Exit codes: 0 the session succeeded; 1 it did not (the reason is
-printed); 2 the input is invalid; 130 interrupted (the turn was aborted through the wire).
+printed); 2 the input is invalid, or anything else went wrong (`_errors`); 130 interrupted (the
+turn was aborted through the wire), at any moment, teardown included (`_runcontrol`). The state
+directory is the run's alone while it runs (`_runcontrol.lock_state_dir`). With --json the last
+line of stdout is one object: the outcome, the answer, the commit and the error, if any.
 Children an orchestrator starts run the same way, each as its own `LocalRun` (`_children`).
 """
 
@@ -11,13 +14,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import os
 import secrets
-import signal
-import sys
 import time
+import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,6 +32,7 @@ from pydantic import ValidationError
 from corral_api import Agent, Session
 from corral_api.kinds import SessionOverrides, SessionSpec
 from corral_common.branches import default_session_branch
+from corral_harness.telemetry import ENDPOINT_ENV, TRACES_ENDPOINT_ENV, traces_endpoint
 from corral_operator.driver import (
     WAITING_FOR_WAKE,
     DriverOutcome,
@@ -49,9 +54,11 @@ from ._egress_local import (
     find_gateway,
     start_local_gateway,
 )
+from ._errors import DEBUG_ENV, CommandError, Parser, exit_epilog, explain, report
 from ._localpaths import MEMORY_ENV, default_run_dir, is_inside, memory_db, write_secret
-from ._localstore import RunRecord
+from ._localstore import STATE_FILE, RunRecord
 from ._manifests import ManifestError, check_session_branch, load_manifests, pick_session
+from ._runcontrol import Interrupts, StateLock, lock_state_dir
 from ._view import View, choose_view
 from ._workspace import (
     SessionCheckout,
@@ -71,15 +78,19 @@ EXIT_INTERRUPTED = 130
 
 SCRIPTED_MODEL = "corral-scripted"
 SCENARIO_ENV = "CORRAL_DEMO_SCENARIO"
+# The custodian's trace relay (corral_custodian/_otlp.py), where the harness's spans go.
+OTLP_RELAY_PATH = "/otlp/v1/traces"
 _PROJECT_ROOT = Path(__file__).resolve().parents[2]
+# What the harness and the custodian import to start: the `sandbox` extra (pyproject.toml).
+# Looked for (not imported) before anything starts, so a missing one is named, not a part that
+# dies at its start with an ImportError in its log.
+SANDBOX_MODULES = ("anthropic", "httpx", "fastapi", "starlette", "uvicorn", "prometheus_client")
+SANDBOX_EXTRA = "pip install 'corral[sandbox]'"
 
 
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
-    p = parser or argparse.ArgumentParser(prog="corral run")
-    p.epilog = (
-        "exit status: 0 the session succeeded, 1 it did not (the reason is printed), "
-        "2 invalid input, 130 interrupted (the turn was aborted through the wire)"
-    )
+    p = parser or Parser(prog="corral run")
+    p.epilog = exit_epilog("the session did not succeed (the reason is printed)")
     p.description = (
         "Run one Session locally: the harness and custodian as local processes, the turns "
         "driven through the wire as the operator drives them."
@@ -142,7 +153,11 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         "found). Without root a command that ignores the proxy variables is not stopped "
         "(docs/egress.md)",
     )
-    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="one JSON object per line; the last is the outcome (outcome, answer, commit, error)",
+    )
     p.add_argument(
         "--approvals",
         choices=MODES,
@@ -273,6 +288,17 @@ class LocalRun:
         if self.gateway is not None:
             self.gateway.stop()
 
+    def kill_all(self) -> None:
+        """A Ctrl-C while the run stops: every process of it (children's too) killed now."""
+        for child in self.children:
+            child.kill_all()
+        self.parts.kill()
+        if self.gateway is not None:
+            self.gateway.kill()
+
+    def running_parts(self) -> bool:
+        return bool(self.parts.running) or any(c.running_parts() for c in self.children)
+
     def egress_note(self) -> str | None:
         """The gateway's decisions for this run, in a line; None without a gateway."""
         records = self.gateway.records(self.name) if self.gateway is not None else None
@@ -343,6 +369,7 @@ class LocalRun:
                 self.name,
                 route.upstream,
                 self.session.spec.workspace.repo,
+                collector=traces_endpoint(os.environ),
             )
         except LocalGatewayError as exc:
             raise proc.StartFailed(str(exc)) from exc
@@ -395,6 +422,10 @@ class LocalRun:
             env["CORRAL_GIT_REMOTE_URL"] = spec.workspace.repo
         if gateway is not None:
             env |= gateway.custodian_env()
+        # This shell's collector (OTEL_EXPORTER_OTLP_*), reached by the custodian alone, as in
+        # a pod: the harness's spans come through its relay (docs/tracing.md).
+        if collector := traces_endpoint(os.environ):
+            env["CORRAL_OTLP_TRACES_ENDPOINT"] = collector
         return self.parts.start("custodian", proc.part_argv(proc.CUSTODIAN), env, port)
 
     def _start_harness(
@@ -403,7 +434,8 @@ class LocalRun:
         self._token = secrets.token_urlsafe(32)
         token_file = write_secret(self.state_dir / "secrets" / "wire-token", self._token)
         port = proc.free_port()
-        env = proc.base_env() | {
+        # The collector is the custodian's to reach; the harness exports to the relay.
+        env = proc.base_env(drop=(ENDPOINT_ENV, TRACES_ENDPOINT_ENV)) | {
             "CORRAL_HARNESS_ADDR": f"127.0.0.1:{port}",
             "CORRAL_STATE_DIR": str(self.state_dir / "harness"),
             "CORRAL_GRANTED_ROOT": str(workspace),
@@ -412,6 +444,8 @@ class LocalRun:
             "CORRAL_CUSTODIAN_URL": custodian_url,
             "ANTHROPIC_BASE_URL": custodian_url,
         }
+        if traces_endpoint(os.environ):
+            env[TRACES_ENDPOINT_ENV] = custodian_url + OTLP_RELAY_PATH
         if gateway is not None:
             # The harness's children (the agent's commands) inherit them: no credential.
             env |= gateway.tools_env()
@@ -528,11 +562,17 @@ class LocalRun:
         if self.driver is None or self.interrupted:
             return
         self.interrupted = True
-        self.view.note("interrupted: aborting the turn through the wire…")
-        self._abort_task = asyncio.get_running_loop().create_task(self.driver.abort())
+        self.view.note("interrupted: aborting the turn in flight through the wire…")
+        self._abort_task = asyncio.get_running_loop().create_task(self._abort(self.driver))
+
+    async def _abort(self, driver: SessionDriver) -> None:
+        try:
+            await driver.abort()
+        except Exception as exc:  # the harness gone already: the driver records what it can
+            self.view.note(f"the abort did not reach the harness: {type(exc).__name__}: {exc}")
 
 
-async def _main(run: LocalRun, workspace: Path) -> DriverOutcome:
+async def _main(run: LocalRun, workspace: Path, interrupts: Interrupts) -> DriverOutcome:
     loop = asyncio.get_running_loop()
     main_task = asyncio.current_task()
 
@@ -545,18 +585,37 @@ async def _main(run: LocalRun, workspace: Path) -> DriverOutcome:
             return
         run.on_interrupt()
 
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, interrupt)
+    interrupts.running(loop, interrupt)
     try:
         return await run.drive(workspace)
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
+        interrupts.tearing_down()
 
 
-def run_command(argv: list[str]) -> int:
+def missing_sandbox_modules() -> list[str]:
+    """The sandbox extra's modules this Python cannot import (looked for, not imported)."""
+    missing = []
+    for name in SANDBOX_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):  # a finder refused it, or a broken half-install
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def run_command(argv: list[str], *, program: bool = False) -> int:
+    """`corral run`; `program` when it is the process's entry point (Ctrl-C stays latched until
+    the process exits, so a late one cannot print a traceback)."""
     args = build_parser().parse_args(argv)
-    err = sys.stderr
+    missing = missing_sandbox_modules()
+    if missing:
+        raise CommandError(
+            f"corral run starts the harness and the custodian here, and they need "
+            f"{', '.join(missing)}, which this Python cannot import",
+            f"install the sandbox extra: {SANDBOX_EXTRA}",
+        )
     try:
         found = load_manifests([*args.agent_files, *args.files])
         search = list(dict.fromkeys(f.resolve().parent for f in args.files))
@@ -564,94 +623,187 @@ def run_command(argv: list[str]) -> int:
         check_session_branch(session, agent)
         if args.output_schema is not None:
             session = with_output_schema(session, args.output_schema)
+        if args.scenario is not None and not args.scenario.is_file():
+            raise ManifestError(f"--scenario {args.scenario}: no such file")
     except ManifestError as exc:
-        print(f"error: {exc}", file=err)
-        return EXIT_INVALID
+        return report("corral run", str(exc), json_output=args.json, code=EXIT_INVALID)
     name = str(session.metadata["name"])
     view = choose_view(f"corral run · {name}", json_lines=args.json)
     run = LocalRun(args, session, agent, view, agents=found.agents)
+    locks: list[StateLock] = []
+    try:
+        with Interrupts(run.kill_all, keep=program) as interrupts:
+            return _run(args, run, view, found.ignored, interrupts, locks)
+    finally:
+        for lock in locks:
+            lock.release()
+
+
+@dataclass
+class _Ending:
+    """How a run ended short of an outcome: its exit status and its error, if any."""
+
+    code: int = EXIT_FAILED
+    error: tuple[str, str | None] | None = None
+
+
+def _run(
+    args: argparse.Namespace,
+    run: LocalRun,
+    view: View,
+    ignored: list[str],
+    interrupts: Interrupts,
+    locks: list[StateLock],
+) -> int:
     outcome: DriverOutcome | None = None
-    code = EXIT_FAILED
+    ending = _Ending()
     with view:
-        for ignored in found.ignored:
-            view.note(f"{ignored} is not run locally; ignored")
+        for each in ignored:
+            view.note(f"{each} is not run locally; ignored")
         view.note(f"state directory: {run.state_dir}")
         checkout: SessionCheckout | None = None
         try:
             if args.workspace is not None and not args.workspace.is_dir():
-                print(f"error: --workspace {args.workspace} is not a directory", file=err)
-                return EXIT_INVALID
-            checkout = _checkout(args, run)
+                raise WorkspaceError(f"--workspace {args.workspace} is not a directory")
+            make_checkout = _checkout(args, run)
+            # Before anything is written there: a second run on it is refused, not mixed in.
+            named = "--state-dir" if args.state_dir is not None else "the state directory"
+            locks.append(lock_state_dir(run.state_dir, named))
+            checkout = make_checkout()
             workspace = checkout.root
             where = f" (a worktree of {checkout.repository})" if checkout.worktree else ""
             on = f", on {checkout.branch}" if checkout.branch else ""
             view.note(f"workspace: {workspace}{where}{on}")
-            outcome = asyncio.run(_main(run, workspace))
+            interrupts.starting()
+            outcome = asyncio.run(_main(run, workspace, interrupts))
         except (WorkspaceError, ManifestError) as exc:
-            print(f"error: {exc}", file=err)
-            code = EXIT_INVALID
+            ending = _Ending(EXIT_INVALID, (str(exc), None))
         except proc.StartFailed as exc:
-            print(f"error: {exc}", file=err)
+            ending.error = (str(exc), None)
         except WireFault as exc:
-            print(f"error: the harness refused: {exc}", file=err)
+            ending.error = (f"the harness refused: {exc}", None)
         except (KeyboardInterrupt, asyncio.CancelledError):
-            code = EXIT_INTERRUPTED
-            view.note(
-                "stopped without waiting for a settlement; `corral run` with the same "
-                "--state-dir picks up from state.json (re-attaching to a turn in its ledger)"
-            )
+            ending.code = EXIT_INTERRUPTED
+        except Exception as exc:  # still a clean teardown, then the contract's line
+            if os.environ.get(DEBUG_ENV):
+                traceback.print_exc()
+            ending = _Ending(EXIT_INVALID, explain(exc) or (
+                f"internal error: {type(exc).__name__}: {exc}; rerun with {DEBUG_ENV}=1 for "
+                "the traceback", None))  # fmt: skip
         finally:
+            interrupts.tearing_down()
+            if run.running_parts():
+                view.note("stopping the local parts (a Ctrl-C kills them at once)…")
             if (egress := run.egress_note()) is not None:
                 view.note(egress)
             run.stop_all()
-        committed: dict[str, Any] = {}
-        if checkout is not None and checkout.branch is not None:
-            revision = checkout.committed()
-            committed = {"branch": checkout.branch, "committed": revision}
-            if revision is not None:
-                view.note(f"committed {revision} on {checkout.branch}")
-            else:
-                view.note(f"nothing committed on {checkout.branch}")
-            if outcome is not None and outcome.phase in FINAL_PHASES and checkout.release():
-                view.note(f"worktree removed: `git switch {checkout.branch}` to check it out")
+        code = ending.code
         if outcome is not None:
-            if outcome.succeeded:
-                code = EXIT_OK
-            elif outcome.phase == "Stopped" and run.interrupted:
-                code = EXIT_INTERRUPTED
-            view.outcome(
-                {
-                    "phase": outcome.phase,
-                    "message": outcome.message,
-                    "turns": outcome.turns,
-                    "usage": outcome.usage.wire(),
-                    "stateDir": str(run.state_dir),
-                    "exitCode": code,
-                    **committed,
-                    **({"output": outcome.output} if outcome.output is not None else {}),
-                }
-            )
-        view.note(f"record: {run.state_dir} (state.json, ledger.jsonl, transcript.jsonl)")
+            code = EXIT_OK if outcome.succeeded else EXIT_FAILED
+        if interrupts.received or run.interrupted:
+            code = EXIT_INTERRUPTED  # a Ctrl-C at any moment, the teardown's included
+        record = _outcome_record(args, run, view, checkout, outcome, ending, code, bool(locks))
+        if record is not None:
+            view.outcome(record)
     if outcome is not None and outcome.output is not None and not args.json:
         # The structured answer last, alone, so a script can take it from stdout.
         print(json.dumps(outcome.output, indent=2, ensure_ascii=False))
     return code
 
 
+def _outcome_record(
+    args: argparse.Namespace,
+    run: LocalRun,
+    view: View,
+    checkout: SessionCheckout | None,
+    outcome: DriverOutcome | None,
+    ending: _Ending,
+    code: int,
+    ours: bool,
+) -> dict[str, Any] | None:
+    """The notes on the commit and the record, the error's lines, then the outcome line's
+    record (the last line of stdout under --json); None for an error in text mode (its lines on
+    stderr say it). `ours`: the state directory was this run's (locked), so what is in it is
+    this run's record."""
+    committed: dict[str, Any] = {}
+    if checkout is not None and checkout.branch is not None:
+        revision = checkout.committed()
+        committed = {"branch": checkout.branch, "committed": revision, "commit": revision}
+        if revision is not None:
+            view.note(f"committed {revision} on {checkout.branch}")
+        else:
+            view.note(f"nothing committed on {checkout.branch}")
+        if outcome is not None and outcome.phase in FINAL_PHASES and checkout.release():
+            view.note(f"worktree removed: `git switch {checkout.branch}` to check it out")
+    if ours and (run.state_dir / STATE_FILE).exists():
+        view.note(f"record: {run.state_dir} (state.json, ledger.jsonl, transcript.jsonl)")
+    if ending.error is not None:
+        report("corral run", *ending.error, json_output=False, code=code)
+    base: dict[str, Any] = {
+        "commit": None,
+        **committed,
+        "stateDir": str(run.state_dir),
+        "exitCode": code,
+    }
+    if outcome is not None:
+        return {
+            "outcome": outcome.phase,
+            "phase": outcome.phase,
+            "message": outcome.message,
+            "answer": outcome.text or None,
+            "error": None,
+            "turns": outcome.turns,
+            "usage": outcome.usage.wire(),
+            **base,
+            **({"output": outcome.output} if outcome.output is not None else {}),
+        }
+    if code == EXIT_INTERRUPTED and ending.error is None:
+        message = (
+            "stopped without waiting for a settlement; `corral run` with the same --state-dir "
+            "picks up from state.json (re-attaching to a turn in its ledger)"
+        )
+        return {"outcome": "Interrupted", "phase": _recorded_phase(run.state_dir, ours),
+                "message": message, "answer": None, "error": None, **base}  # fmt: skip
+    if not args.json:
+        return None
+    message, hint = ending.error or ("the run ended without an outcome", None)
+    return {
+        "outcome": "Error",
+        "phase": _recorded_phase(run.state_dir, ours),
+        "message": message,
+        "answer": None,
+        "error": {"message": message, **({"hint": hint} if hint else {})},
+        **base,
+    }
+
+
+def _recorded_phase(state_dir: Path, ours: bool) -> str | None:
+    """The phase state.json records, if the run got as far as writing it."""
+    if not ours:
+        return None
+    try:
+        phase = json.loads((state_dir / STATE_FILE).read_text()).get("phase")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return str(phase) if phase else None
+
+
 # A run that ended so is not resumed: its worktree may go (a Stopped one may be picked up).
 FINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-def _checkout(args: argparse.Namespace, run: LocalRun) -> SessionCheckout:
-    """Where the agent works and the branch its commits go on; refuses (WorkspaceError) a
-    state directory or memory database inside the workspace, a dirty tree without
-    --allow-dirty, and a session branch that is the branch the person has checked out."""
+def _checkout(args: argparse.Namespace, run: LocalRun) -> Callable[[], SessionCheckout]:
+    """How to make where the agent works and the branch its commits go on, once every check
+    has passed (nothing is written before: the state directory is locked in between); refuses
+    (WorkspaceError) a state directory or memory database inside the workspace, a dirty tree
+    without --allow-dirty, and a session branch that is the branch the person has checked
+    out."""
     spec = run.session.spec.workspace
     branch = spec.branch or default_session_branch(run.name)
     dest = run.state_dir / "workspace"
     if args.workspace is None:
         base = args.files[-1].resolve().parent
-        return prepare_workspace(spec, base, dest, branch)
+        return lambda: prepare_workspace(spec, base, dest, branch)
     directory = args.workspace.resolve()
     top = repository_top(directory)
     tree = top or directory
@@ -668,7 +820,7 @@ def _checkout(args: argparse.Namespace, run: LocalRun) -> SessionCheckout:
             f"{tree}; choose a path outside it"
         )
     if top is None:
-        return SessionCheckout(root=directory)
+        return lambda: SessionCheckout(root=directory)
     # The Agent's branch patterns were checked with the manifests (check_session_branch); the
     # work starts from the checked-out branch, which the session never writes (land does).
     if branch == current_branch(top):
@@ -680,7 +832,7 @@ def _checkout(args: argparse.Namespace, run: LocalRun) -> SessionCheckout:
         dirty = dirty_paths(top)
         if dirty:
             raise WorkspaceError(dirty_message(top, dirty))
-    return worktree_checkout(directory, dest, branch)
+    return lambda: worktree_checkout(directory, dest, branch)
 
 
 def with_output_schema(session: Session, path: Path) -> Session:

@@ -5,22 +5,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.tree import Tree
 
-from ._cluster import EXIT_OK, EXIT_REFUSED, add_cluster_options, connect
-from ._reader import guarded
+from ._cluster import add_cluster_options, connect, guarded, not_found
+from ._errors import EXIT_OK, Parser, exit_epilog, no_color
 from ._tables import cost
 
 Obj = dict[str, Any]
 
 
-def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="corral tree", description=__doc__)
+def build_parser() -> argparse.ArgumentParser:
+    p = Parser(prog="corral tree", description=__doc__, epilog=exit_epilog())
     p.add_argument("name", help="the root Session")
     p.add_argument("-o", "--output", choices=("tree", "json"), default="tree")
     add_cluster_options(p)
@@ -67,28 +66,23 @@ def _line(node: Obj) -> str:
 
 
 async def _tree(args: argparse.Namespace) -> int:
-    from corral_kube import KubeRefused
+    kube, namespace = await connect(args)
     from corral_operator.kube import corral_path
 
-    kube, namespace = await connect(args)
     try:
         sessions = await kube.list(corral_path("Session", namespace))
-    except KubeRefused as err:
-        print(f"Error from server: {err.message}", file=sys.stderr)
-        return EXIT_REFUSED
     finally:
         await kube.close()
     root = next((s for s in sessions if s["metadata"]["name"] == args.name), None)
     if root is None:
-        print(f'Error from server (NotFound): sessions "{args.name}" not found', file=sys.stderr)
-        return EXIT_REFUSED
+        raise not_found("sessions", args.name, namespace)
     tree = nest(root, sessions)
     if args.output == "json":
         print(json.dumps(tree, indent=2))
     else:
-        Console(highlight=False).print(render(tree))
+        Console(highlight=False, color_system=None if no_color() else "auto").print(render(tree))
     return EXIT_OK
 
 
 def main(argv: Sequence[str]) -> int:
-    return guarded("tree", _tree(_parser().parse_args(list(argv))))
+    return guarded("tree", _tree(build_parser().parse_args(list(argv))))

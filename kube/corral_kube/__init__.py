@@ -27,6 +27,7 @@ from ._config import (
     TokenCallback,
     in_cluster,
     in_cluster_available,
+    kubeconfig_paths,
     load_kubeconfig,
 )
 from ._errors import (
@@ -60,5 +61,6 @@ __all__ = [
     "Unauthorized",
     "in_cluster",
     "in_cluster_available",
+    "kubeconfig_paths",
     "load_kubeconfig",
 ]

@@ -263,9 +263,9 @@ def test_land_is_asked_once_decided_by_a_person_and_lands_only_with_pass_evidenc
                    namespace=namespace)  # fmt: skip
     assert admin.returncode == 0, admin.stderr
 
-    # Mallory has no right on approvals/status: refused by RBAC, exit 1.
+    # Mallory has no right on approvals/status: refused by RBAC, exit 2 (an error, docs/cli.md).
     refused = corral("approve", name, kubeconfig=people.mallory, namespace=namespace)
-    assert refused.returncode == 1 and "forbidden" in refused.stderr.lower(), refused.stderr
+    assert refused.returncode == 2 and "forbidden" in refused.stderr.lower(), refused.stderr
     # Alice may decide, but not in bob's name: the admission policy refuses it.
     forged = _forge(control_plane, people.alice, name, namespace)
     assert forged.returncode != 0

@@ -197,7 +197,7 @@ def test_freezing_an_agent_and_a_session_tree_holds_them_and_nothing_else(
     )
     assert frozen(operator, tree) and frozen(operator, child)
     missing = corral(operator.cp, "unfreeze", "session", "nosuch", "-n", ns)
-    assert missing.returncode == 1 and "no Freeze session-nosuch" in missing.stderr
+    assert missing.returncode == 2 and 'freezes "session-nosuch" not found' in missing.stderr
 
 
 def test_the_custodian_refuses_model_calls_pushes_and_spawns_while_frozen(

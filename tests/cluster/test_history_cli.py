@@ -186,10 +186,10 @@ def test_a_finished_session_is_read_after_its_pod_is_gone(
 
     # Someone without access to the namespace reads nothing, neither live nor archived.
     refused = archiving.corral("logs", name, kubeconfig=archiving.outsider)
-    assert refused.returncode == 1 and "403" in refused.stderr, refused.stderr
+    assert refused.returncode == 2 and "403" in refused.stderr, refused.stderr
     assert "archived-hello" not in refused.stdout
     described = archiving.corral("describe", "session", name, kubeconfig=archiving.outsider)
-    assert described.returncode == 1 and "forbidden" in described.stderr.lower()
+    assert described.returncode == 2 and "forbidden" in described.stderr.lower()
 
     # get: the table, -o json / yaml / wide, and -A with the admin's kubeconfig.
     table = archiving.corral("get", "sessions")
@@ -207,7 +207,7 @@ def test_a_finished_session_is_read_after_its_pod_is_gone(
     assert every.stdout.splitlines()[0].split()[:2] == ["NAMESPACE", "NAME"]
     assert any(line.split()[:2] == [op.namespace, name] for line in every.stdout.splitlines())
     missing = archiving.corral("get", "session", "nope")
-    assert missing.returncode == 1 and "not found" in missing.stderr
+    assert missing.returncode == 2 and "not found" in missing.stderr
 
 
 @pytest.mark.parametrize("archiving", ["unwritable"], indirect=True)
@@ -229,7 +229,7 @@ def test_a_failing_archive_holds_the_pod_only_until_its_deadline(
     wait_for("both Events", lambda: wanted <= {e["reason"] for e in op.events(name)}, 30)
     # Nothing archived, and the reader says why rather than showing half a record.
     logs = archiving.corral("logs", name)
-    assert logs.returncode == 1 and logs.stdout == "", (logs.stdout, logs.stderr)
+    assert logs.returncode == 2 and logs.stdout == "", (logs.stdout, logs.stderr)
     assert "(503) archive_unavailable: the archive cannot be read" in logs.stderr
 
 
@@ -373,7 +373,7 @@ def test_tree_get_goals_and_evidence(control_plane: ControlPlane, namespace: str
     nested = json.loads(corral("tree", "root", "-o", "json").stdout)
     assert [c["name"] for c in nested["children"]] == ["kid-a", "kid-b"]
     assert nested["children"][1]["children"][0]["name"] == "grandkid"
-    assert corral("tree", "nobody").returncode == 1
+    assert corral("tree", "nobody").returncode == 2
 
     goal = {"apiVersion": "corral.dev/v1alpha1", "kind": "Goal",
             "metadata": {"name": "green", "namespace": namespace},

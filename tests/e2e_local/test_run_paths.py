@@ -160,7 +160,7 @@ def test_bad_yaml_is_refused_with_the_api_servers_words(tmp_path: Path) -> None:
     done = corral_run("-f", str(bad), state_dir=tmp_path / "state", timeout=30)
     assert done.code == 2
     assert done.stderr.strip() == (
-        'error: The Agent "a" is invalid: spec.limits.maxDepth: Invalid value: 7: '
+        'corral run: error: The Agent "a" is invalid: spec.limits.maxDepth: Invalid value: 7: '
         "spec.limits.maxDepth in body should be less than or equal to 3"
     )
     assert not (tmp_path / "state").exists()

@@ -23,7 +23,41 @@ def test_an_unknown_command_is_named(capsys: pytest.CaptureFixture[str]) -> None
 
 
 def test_run_needs_a_file(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit) as exited:
-        main(["run"])
-    assert exited.value.code == 2
-    assert "-f/--filename" in capsys.readouterr().err
+    assert main(["run"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "corral run: error: the following arguments are required: -f/--filename",
+        "corral run: see `corral run --help`",
+    ]
+
+
+def test_every_command_has_help_that_says_what_its_exit_status_means(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from corral_cli.main import COMMANDS
+
+    for command in COMMANDS:
+        with pytest.raises(SystemExit) as exited:
+            main([command, "--help"])
+        assert exited.value.code == 0
+        help_text = " ".join(capsys.readouterr().out.split())
+        assert "exit status: 0 " in help_text and "2 " in help_text, (command, help_text)
+        assert "--no-color" in help_text, command
+
+
+def test_version_is_the_packages_and_needs_no_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    assert main(["--version", "--client"]) == 0
+    assert capsys.readouterr().out == f"Client Version: corral {version('corral')}\n"
+
+
+def test_no_color_anywhere_on_the_line_sets_no_color(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import os
+
+    monkeypatch.setenv("NO_COLOR", "")  # and the test's end puts back what was there
+    assert main(["version", "--client", "--no-color"]) == 0
+    assert os.environ["NO_COLOR"] == "1"
+    capsys.readouterr()
