@@ -30,28 +30,23 @@ state_home="${XDG_STATE_HOME:-$HOME/.local/state}"
 state_dir="${CORRAL_DEMO_STATE_DIR:-$state_home/corral/runs/demo-$(date +%Y%m%d-%H%M%S)}"
 echo "demo: workspace $workspace (a copy of examples/demo/repo)"
 if [[ -z "${ANTHROPIC_API_KEY:-}" ]]; then
-  echo "demo: no ANTHROPIC_API_KEY, so the scripted demo model plays examples/demo/scenario${SCENARIO:+-$SCENARIO}.yaml"
+  echo "demo: no ANTHROPIC_API_KEY, so the scripted demo model plays examples/demo/scenario.yaml"
 fi
 
 # SCENARIO=plan: the same fix under a forced plan whose checked step misses once and is
-# replanned (examples/session-plan.yaml, docs/turns.md).
+# replanned (examples/session-plan.yaml, docs/turns.md). The scripted model plays each
+# Session's own conversation of scenario.yaml, so only the Session file changes.
 session_file="$root/examples/session.yaml"
-scenario_args=()
 case "${SCENARIO:-}" in
   "") ;;
-  plan)
-    session_file="$root/examples/session-plan.yaml"
-    if [[ -z "${ANTHROPIC_API_KEY:-}" ]]; then
-      scenario_args=(--scenario "$root/examples/demo/scenario-plan.yaml")
-    fi
-    ;;
+  plan) session_file="$root/examples/session-plan.yaml" ;;
   *) echo "demo: unknown SCENARIO=${SCENARIO} (known: plan)" >&2; exit 2 ;;
 esac
 
 base=$(git -C "$workspace" rev-parse HEAD)
 status=0
 "$corral" run -f "$session_file" --workspace "$workspace" \
-  --state-dir "$state_dir" "${scenario_args[@]}" "$@" || status=$?
+  --state-dir "$state_dir" "$@" || status=$?
 
 branch=$(git -C "$workspace" for-each-ref --format='%(refname:short)' refs/heads/corral \
   | head -n 1)

@@ -1,19 +1,23 @@
 """`python -m corral_dev up|down|status`: a local cluster with Corral running, for kubectl users.
 
 `up` starts the control plane (etcd, kube-apiserver, kube-controller-manager), the local node,
-the chart's ServiceAccounts and RBAC, a model (the scripted demo model, or Anthropic's API when
-ANTHROPIC_API_KEY is set) and `corral-operator` as a local process under the chart's operator
-identity, watching `default`. It copies examples/demo/repo into a git repository under
-`<dev dir>/repos`, which the operator's `--local-repo-root` resolves `workspace.repo: demo/repo`
-against. Every process's pid is recorded in `<dev dir>/pids.json` and `down` stops them all;
-logs are in `<dev dir>/state/logs/`. The dev dir is `.corral/dev`, or $CORRAL_DEV_DIR.
+the chart's ServiceAccounts, RBAC and model catalog, a model (the scripted demo model, or
+Anthropic's API when ANTHROPIC_API_KEY is set) and `corral-operator` as a local process under
+the chart's operator identity, watching `default`. It copies examples/demo/repo into a git
+repository under `<dev dir>/repos`, serves that directory with `git daemon` on 127.0.0.1
+(corral_dev.demo_remote), and runs the operator with `--local-repo-root` set to the daemon's
+URL: the examples' `workspace.repo: demo/repo` is cloned from it and each Session's work is
+pushed back to its branch there. Every process's pid is recorded in `<dev dir>/pids.json` and
+`down` stops them all; logs are in `<dev dir>/state/logs/`. The dev dir is `.corral/dev`, or
+$CORRAL_DEV_DIR.
 
 `up --node real` (or NODE=real, as `make dev-cluster NODE=real` passes it) runs the same cluster
 on the real node instead (containerd, kubelet, kube-proxy, CoreDNS and kube-router in a network
 namespace of their own; root; built by hack/node/ on first use): the operator is then a pod
-installed with `helm install` from its image, the model is the scripted demo model and the
-repositories under `<dev dir>/repos` are served by a git daemon, both on this host's address on
-the link to the node (sessions clone `git://<that address>:<port>/demo/repo`; `up` prints it).
+installed with `helm install` from its image (with `--local-repo-root` added by a helm
+post-renderer, the chart having no value for a development flag), and the scripted demo model
+and the git daemon listen on this host's address on the link to the node, which sandboxes
+reach through the chart's egress gateway.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from pathlib import Path
 import yaml
 
 from . import _realnode_stack as rstack
-from . import controlplane, realnode, stack
+from . import controlplane, demo_remote, realnode, stack
 
 DEV_DIR = Path(os.environ.get("CORRAL_DEV_DIR", controlplane.REPO_ROOT / ".corral" / "dev"))
 PIDS = DEV_DIR / "pids.json"
@@ -42,6 +46,7 @@ EXAMPLES = controlplane.REPO_ROOT / "examples"
 NAMESPACE = "default"
 RELEASE = "corral"
 NODE_NAME = "corral-local-node"
+MODEL_CATALOG = "corral-model-catalog"  # the chart's ConfigMap in each sandbox namespace
 MODEL_SECRET = "anthropic-api-key"
 MODEL_SECRET_KEY = "apiKey"
 ANTHROPIC_URL = "https://api.anthropic.com"
@@ -108,11 +113,12 @@ def up(node: str = "local") -> int:
     if info.get("node") == "real":
         print(
             f"  node:  the real node {info['node_name']}; the operator is a pod in "
-            f"{stack.OPERATOR_NAMESPACE}\n"
-            f"  repos: {REPOS} served at {info['repo_base']}/ ; apply the example session with\n"
-            f"    sed 's#repo: demo/repo#repo: {info['repo_base']}/demo/repo#' "
-            "examples/session.yaml | kubectl apply -f -"
+            f"{stack.OPERATOR_NAMESPACE}"
         )
+    print(
+        f"  repos: {REPOS} served at {info['repo_root']} (the examples' `repo: demo/repo` is "
+        f"{info['repo_root']}{demo_remote.DEMO_REPO_PATH}; each Session pushes its branch there)"
+    )
     if info["model_secret"]:
         print(
             f"  the key is in Secret {NAMESPACE}/{MODEL_SECRET} (key {MODEL_SECRET_KEY}); an "
@@ -138,16 +144,19 @@ def _start(pids: dict[str, int]) -> dict[str, str]:
     shutil.copy(plane.kubeconfig, DEV_DIR / "kubeconfig")
 
     node_log = LOGS / "local-node.log"
-    REPOS.mkdir(parents=True, exist_ok=True)
     node = stack.start_local_node(
-        plane.kubeconfig, DEV_DIR / "node", NODE_NAME, node_log, detach=True, shares=(REPOS,)
+        plane.kubeconfig, DEV_DIR / "node", NODE_NAME, node_log, detach=True
     )
     _record(pids, "local-node", node.pid)
 
-    # The chart's identities and rules, and `default` ready for sandbox pods.
+    # The examples' remote: the pods (processes on this host) reach it on loopback.
+    demo_remote.demo_repository(REPOS / demo_remote.DEMO_REPO_PATH)
+    remote = demo_remote.serve(REPOS, "127.0.0.1", LOGS / "git-daemon.log", detach=True)
+    _record(pids, "git-daemon", remote.process.pid)
+
+    # The chart's identities, rules and model catalog, and `default` ready for sandbox pods.
     stack.install_rbac(plane, RELEASE, [NAMESPACE])
     stack.enforce_restricted(plane, NAMESPACE)
-    _demo_repo(REPOS / "demo" / "repo")
 
     key = os.environ.get("ANTHROPIC_API_KEY")
     if key:
@@ -173,7 +182,8 @@ def _start(pids: dict[str, int]) -> dict[str, str]:
             namespaces=[NAMESPACE],
             health_port=health,
             model_url=model_url,
-            local_repo_root=REPOS,
+            local_repo_root=remote.root_url,
+            model_catalog_configmap=MODEL_CATALOG,  # as the chart runs it
         ),
         log,
         detach=True,
@@ -188,6 +198,7 @@ def _start(pids: dict[str, int]) -> dict[str, str]:
         "bin_dir": str(plane.bin_dir),
         "model": model_url,
         "model_secret": f"{NAMESPACE}/{MODEL_SECRET}" if key else "",
+        "repo_root": remote.root_url,
     }
     INFO.write_text(json.dumps(info))
     return info
@@ -233,11 +244,10 @@ def _start_real(pids: dict[str, int]) -> dict[str, str]:
     node_info = json.loads(REAL_NODE_INFO.read_text())
     host = node_info["host_ip"]
 
-    # What a sandbox reaches on this host: the repositories and the model.
-    _demo_repo(REPOS / "demo" / "repo")
-    git_port = rstack.free_port(host)
-    git = rstack.start_git_daemon(REPOS, host, git_port, LOGS / "git-daemon.log", detach=True)
-    _record(pids, "git-daemon", git.pid)
+    # What a sandbox reaches on this host: the examples' remote and the model.
+    demo_remote.demo_repository(REPOS / demo_remote.DEMO_REPO_PATH)
+    remote = demo_remote.serve(REPOS, host, LOGS / "git-daemon.log", detach=True)
+    _record(pids, "git-daemon", remote.process.pid)
     model_port = rstack.free_port(host)
     model = rstack.start_scripted_model(
         host, model_port, EXAMPLES / "demo" / "scenario.yaml", LOGS / "model.log", detach=True
@@ -252,9 +262,18 @@ def _start_real(pids: dict[str, int]) -> dict[str, str]:
         sandbox_image=artifacts["SANDBOX_IMAGE"],
         namespaces=[NAMESPACE],
         model_url=model_url,
-        platform_egress=[f"{host}/32:{model_port},{git_port}"],
+        platform_egress=[f"{host}/32:{model_port},{remote.port}"],
+        # This host's address is a private one the gateway refuses unless told so: the
+        # checkouts (no custodian credential) reach the git daemon there too.
+        gateway_allow=[f"{host}/32"],
     )
-    rstack.helm_install(plane.bin_dir / "helm", plane.kubeconfig, RELEASE, values)
+    rstack.helm_install(
+        plane.bin_dir / "helm",
+        plane.kubeconfig,
+        RELEASE,
+        values,
+        operator_args=[f"--local-repo-root={remote.root_url}"],
+    )
     info = {
         "server": plane.server,
         "bin_dir": str(plane.bin_dir),
@@ -262,7 +281,7 @@ def _start_real(pids: dict[str, int]) -> dict[str, str]:
         "model_secret": "",
         "node": "real",
         "node_name": node_info["name"],
-        "repo_base": f"git://{host}:{git_port}",
+        "repo_root": remote.root_url,
     }
     INFO.write_text(json.dumps(info))
     return info
@@ -290,24 +309,6 @@ def _wait_ready(
             if time.monotonic() > deadline:
                 raise controlplane.ControlPlaneError(f"timed out on kubectl {' '.join(check)}")
             time.sleep(0.2)
-
-
-def _demo_repo(dest: Path) -> None:
-    """examples/demo/repo as a git repository with one commit on `main`."""
-    shutil.copytree(
-        EXAMPLES / "demo" / "repo", dest, ignore=shutil.ignore_patterns("__pycache__", "*.pyc")
-    )
-    git = [
-        "git",
-        "-c",
-        "user.name=Corral dev cluster",
-        "-c",
-        "user.email=dev@corral.invalid",
-        "-c",
-        "commit.gpgsign=false",
-    ]
-    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "demo"]):
-        subprocess.run([*git, *args], cwd=dest, check=True, capture_output=True)
 
 
 def _model_secret(plane: controlplane.ControlPlane, key: str) -> None:

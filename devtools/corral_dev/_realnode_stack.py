@@ -88,8 +88,11 @@ def helm_install(
     *,
     namespace: str = OPERATOR_NAMESPACE,
     timeout: float = 240,
+    operator_args: Sequence[str] = (),
 ) -> subprocess.CompletedProcess[str]:
-    """`helm upgrade --install --wait` of the chart; StackError with helm's words on failure."""
+    """`helm upgrade --install --wait` of the chart; StackError with helm's words on failure.
+    `operator_args`: more arguments for the operator, which the chart has no value for (the dev
+    cluster's `--local-repo-root`), added by a post-renderer (corral_dev._helm_postrender)."""
     args = [
         str(helm),
         "upgrade",
@@ -107,6 +110,11 @@ def helm_install(
     ]
     for key, value in values.items():
         args += ["--set-json", f"{key}={json.dumps(value)}"]
+    if operator_args:
+        args += ["--post-renderer", sys.executable]
+        renderer = ["-m", "corral_dev._helm_postrender"]
+        renderer += [f"--operator-arg={arg}" for arg in operator_args]
+        args += [f"--post-renderer-args={arg}" for arg in renderer]
     done = subprocess.run(args, capture_output=True, text=True, timeout=timeout + 60, check=False)
     if done.returncode != 0:
         raise StackError(f"helm install failed (exit {done.returncode}):\n{done.stderr.strip()}")

@@ -115,7 +115,8 @@ def operator_args(
     health_port: int,
     model_url: str,
     wire_wait_seconds: float | None = None,
-    local_repo_root: Path | None = None,
+    local_repo_root: Path | str | None = None,
+    model_catalog_configmap: str | None = None,
 ) -> list[str]:
     """`corral-operator`'s arguments for a local control plane (the API server on 127.0.0.1)."""
     args: list[str] = []
@@ -137,6 +138,8 @@ def operator_args(
         args += ["--wire-wait-seconds", str(wire_wait_seconds)]
     if local_repo_root is not None:
         args += ["--local-repo-root", str(local_repo_root)]
+    if model_catalog_configmap is not None:
+        args += ["--model-catalog-configmap", model_catalog_configmap]
     return args
 
 

@@ -42,7 +42,18 @@ if [ -n "$creds" ]; then
   helper='!f() { if [ "$1" = get ]; then exec git credential-store'
   set -- "$@" -c "credential.helper=$helper"' --file="$CORRAL_GIT_CREDENTIALS" get; fi; }; f'
 fi
-git "$@" clone --quiet --no-checkout --template= -- "$repo" "$dest"
+# A new pod's first connections may be refused while the network programs its policy (kube-router,
+# Calico: asynchronous to the pod's start): a clone that could not connect is tried again, for
+# about 10 s in all; any other failure (no such repository, refused credentials) is final.
+attempt=1; err=$(mktemp)
+until git "$@" clone --quiet --no-checkout --template= -- "$repo" "$dest" 2>"$err"; do
+  cat "$err" >&2
+  if [ "$attempt" -ge 5 ] || ! grep -qiE 'connect|could not read from remote|timed out' "$err"
+  then rm -f "$err"; exit 128; fi
+  find "$dest" -mindepth 1 -maxdepth 1 -exec rm -rf -- {} +
+  sleep "$attempt"; attempt=$((attempt + 1))
+done
+rm -f "$err"
 cd "$dest"
 if rev=$(git "$@" rev-parse --verify --quiet "refs/remotes/origin/$ref^{commit}"); then :
 elif rev=$(git "$@" rev-parse --verify --quiet "$ref^{commit}"); then :

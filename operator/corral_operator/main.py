@@ -305,7 +305,8 @@ def _add_local_repo_args(parser: argparse.ArgumentParser, d: OperatorSettings) -
         "--local-repo-root",
         default=d.local_repo_root,
         help="development aid for local clusters: resolve a relative workspace.repo against "
-        "this directory on the node (off by default: relative repos are refused)",
+        "this directory on the node, or this git server's base URL (e.g. git://HOST:PORT/); "
+        "off by default: relative repos are refused",
     )
 
 
@@ -385,13 +386,15 @@ def _add_logging_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """What argparse cannot check flag by flag; normalises --local-repo-root to absolute."""
+    """What argparse cannot check flag by flag; normalises a --local-repo-root directory to
+    absolute (a URL stays as given)."""
     if not args.namespace and not args.all_namespaces:
         parser.error("give --namespace (repeatable) or --all-namespaces")
     if args.local_repo_root is not None:
         if not args.local_repo_root:
             parser.error("--local-repo-root must name a directory")
-        args.local_repo_root = os.path.abspath(args.local_repo_root)
+        if "://" not in args.local_repo_root:
+            args.local_repo_root = os.path.abspath(args.local_repo_root)
     if args.token_expiry_seconds < 600:
         parser.error("--token-expiry-seconds must be at least 600 (the API server's minimum)")
     uids = (args.harness_uid, args.tools_uid, args.custodian_uid)

@@ -129,8 +129,10 @@ def resolve_repo(repo: str, local_repo_root: str | None) -> str:
 
     A relative `workspace.repo` (what `corral run` resolves against the YAML's directory) means
     nothing to a cluster, so it is refused unless the operator runs with a local repo root, a
-    development aid for local clusters. The check is lexical (no I/O here): after
-    normalisation the path must stay strictly inside the root, so `..` cannot leave it.
+    development aid for local clusters: a directory on the node, or the base URL of a git
+    server (`make dev-cluster` serves the examples' `demo/repo` so, and the custodian can push
+    there). The check is lexical (no I/O here): after normalisation the path must stay
+    strictly inside the root, so `..` cannot leave it.
     """
     if not is_relative_repo(repo):
         return repo
@@ -140,6 +142,14 @@ def resolve_repo(repo: str, local_repo_root: str | None) -> str:
             "git URL or an absolute path (relative paths work only with an operator started "
             "with --local-repo-root, a development aid for local clusters)"
         )
+    if "://" in local_repo_root:
+        base = local_repo_root.rstrip("/")
+        path = posixpath.normpath(repo)
+        if path in (".", "..") or path.startswith("../"):
+            raise SandboxSpecError(
+                f"workspace.repo {repo!r} is not inside the local repo root {local_repo_root!r}"
+            )
+        return f"{base}/{path}"
     root = posixpath.normpath(local_repo_root)
     if not posixpath.isabs(root):
         raise SandboxSpecError(f"the local repo root {local_repo_root!r} is not absolute")

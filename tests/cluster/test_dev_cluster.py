@@ -37,6 +37,7 @@ EXAMPLES = REPO_ROOT / "examples"
 DEV_ROOT = Path.home() / ".cache" / "corral" / "test-dev"
 COMPONENTS = {
     "etcd",
+    "git-daemon",
     "kube-apiserver",
     "kube-controller-manager",
     "local-node",
@@ -178,6 +179,24 @@ def test_dev_cluster_up_runs_the_example_session_and_down_stops_everything(
             assert shown in described, f"{shown!r} not in:\n{described}"
         # kubectl aligns a status key with its siblings, so only the value is fixed.
         assert re.search(r"^\s*Turns:\s+1$", described, re.M), described
+
+        # Delivered: the fix is on the Session's branch of the git daemon `up` serves, and
+        # its revision in the status (docs/operations.md, "Local development").
+        revision = dev.kubectl(
+            "get", "session", "fix-discount", "-o", "jsonpath={.status.delivery.revision}"
+        )
+        delivered = dev.kubectl(
+            "get", "session", "fix-discount",
+            "-o", "jsonpath={.status.conditions[?(@.type=='Delivered')].status}",
+        )  # fmt: skip
+        assert (len(revision), delivered) == (40, "True"), (revision, delivered)
+        served = dev_dir / "repos" / "demo" / "repo"
+        branch = subprocess.run(
+            ["git", "-C", str(served), "rev-parse", "refs/heads/corral/fix-discount"],
+            capture_output=True, text=True, check=True,
+        ).stdout.strip()  # fmt: skip
+        assert branch == revision
+        assert revision in dev.kubectl("get", "session", "fix-discount", "-o", "wide")
 
         # The scripted model played the whole demo: run tests, read, edit, test again, report.
         model = json.loads((dev_dir / "info.json").read_text())["model"]

@@ -84,9 +84,12 @@ def pod_labels(name: str) -> dict[str, str]:
     }
 
 
-def is_local_repo(repo: str) -> bool:
-    """A path on the node (absolute, relative or file://): the checkout needs no network."""
-    return repo.startswith("/") or repo.startswith("file:") or is_relative_repo(repo)
+def is_local_repo(repo: str, local_repo_root: str | None = None) -> bool:
+    """A path on the node (absolute, relative or file://): the checkout needs no network. A
+    relative one under a local repo root that is a git server's URL is that server's."""
+    if is_relative_repo(repo):
+        return local_repo_root is None or "://" not in local_repo_root
+    return repo.startswith("/") or repo.startswith("file:")
 
 
 def checkout_repo(evidence: Evidence, settings: OperatorSettings) -> str:
@@ -198,7 +201,8 @@ def _egress_binding(evidence: Evidence, settings: OperatorSettings) -> dict[str,
     if settings.egress_gateway is None:
         return {}
     name, namespace, _ = _meta(evidence)
-    repo = None if is_local_repo(evidence.spec.repo) else evidence.spec.repo
+    local = is_local_repo(evidence.spec.repo, settings.local_repo_root)
+    repo = None if local else checkout_repo(evidence, settings)
     return gateway.binding(
         namespace=namespace,
         pod=naming.evidence_pod_name(name),
@@ -224,7 +228,7 @@ def build_evidence_network_policy(
     cfg = evidence_config or EvidenceSettings()
     name, namespace, uid = _meta(evidence)
     targets: list[EgressTarget | EgressRule] = []
-    if not is_local_repo(evidence.spec.repo):
+    if not is_local_repo(evidence.spec.repo, settings.local_repo_root):
         git = cfg.git_egress if cfg.git_egress is not None else settings.platform_egress
         targets.extend(git)
     targets.extend(evidence.spec.egress)

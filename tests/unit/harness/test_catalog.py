@@ -145,7 +145,9 @@ def test_loading_the_catalog_is_lazy_and_cheap() -> None:
 def test_the_example_configmap_is_a_valid_overlay(tmp_path: Path) -> None:
     import yaml
 
-    example = Path(__file__).resolve().parents[3] / "examples" / "model-catalog-configmap.yaml"
+    example = (
+        Path(__file__).resolve().parents[3] / "examples" / "admin" / "model-catalog-configmap.yaml"
+    )
     overlay = tmp_path / "models.json"
     overlay.write_text(yaml.safe_load(example.read_text())["data"]["models.json"])
     merged = load_catalog(overlay)

@@ -200,3 +200,49 @@ def test_the_same_traps_spring_for_a_git_that_reads_them(
     assert (tmp_path / "naive" / "evil.txt").exists()  # the HOME's insteadOf
     # And what a trap that ran could take: the credentials file, as the checkout mounts it.
     assert any(TOKEN in Path(p).read_text() for p in sprung if "stolen" in p)
+
+
+def test_a_clone_that_cannot_connect_yet_is_tried_again_and_a_missing_repository_is_not(
+    tmp_path: Path, origin: tuple[Path, str]
+) -> None:
+    """A new pod's first connections may be refused while the network programs its policy:
+    the checkout tries a clone that could not connect again (here the server comes up 2 s
+    after the checkout started), and fails at once on an answer that is final."""
+    import threading
+    import time
+
+    from corral_dev.ports import free_port
+
+    served, commit = origin
+    port = free_port()
+    pod = Pod(tmp_path / "pod", f"git://127.0.0.1:{port}/repo.git", "https://x:y@unused")
+    daemon: list[subprocess.Popen[bytes]] = []
+
+    def serve_late() -> None:
+        time.sleep(2)
+        argv = [
+            "git", "daemon", "--reuseaddr", "--export-all", f"--base-path={served}",
+            "--listen=127.0.0.1", f"--port={port}", str(served),
+        ]  # fmt: skip
+        daemon.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+    late = threading.Thread(target=serve_late)
+    late.start()
+    try:
+        started = time.monotonic()
+        done = pod.run_checkout()
+        late.join()
+        assert done.returncode == 0, done.stderr
+        assert time.monotonic() - started >= 2
+        assert _git("rev-parse", "HEAD", cwd=pod.workspace) == commit
+        assert "connect" in done.stderr.lower()  # the tries before the server came up
+
+        missing = Pod(tmp_path / "missing", f"git://127.0.0.1:{port}/nope.git", "https://x:y@u")
+        started = time.monotonic()
+        refused = missing.run_checkout()
+        assert refused.returncode != 0 and time.monotonic() - started < 2, refused.stderr
+    finally:
+        late.join()
+        for proc in daemon:
+            proc.terminate()
+            proc.wait(10)

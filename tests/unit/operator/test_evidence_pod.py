@@ -113,6 +113,19 @@ def test_a_relative_repo_is_refused_unless_a_local_root_is_set() -> None:
         build_evidence_pod(_evidence(repo="-uhttps://x"), SETTINGS)
 
 
+def test_a_relative_repo_under_a_git_server_root_is_cloned_from_that_server() -> None:
+    """`make dev-cluster` resolves the examples' `demo/repo` against its git daemon: the pod
+    clones that URL, and the checkout is given the git egress a remote needs."""
+    served = OperatorSettings(platform_egress=(GIT,), local_repo_root="git://192.0.2.10:9418/")
+    ev = _evidence(repo="demo/repo")
+    pod = build_evidence_pod(ev, served)
+    assert "git://192.0.2.10:9418/demo/repo" in pod["spec"]["initContainers"][0]["args"]
+    egress = build_evidence_network_policy(ev, served)["spec"]["egress"]
+    assert [r["to"][0].get("ipBlock", {}).get("cidr") for r in egress] == [None, "192.0.2.10/32"]
+    with pytest.raises(EvidenceSpecError):
+        build_evidence_pod(_evidence(repo="../etc"), served)
+
+
 # ------------------------------------------------------------------------------ NetworkPolicy
 
 

@@ -19,9 +19,9 @@ EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
         "session-wake.yaml",
         "evidence.yaml",
         "approval.yaml",
-        "freeze-namespace.yaml",
-        "freeze-agent.yaml",
-        "freeze-session.yaml",
+        "admin/freeze-namespace.yaml",
+        "admin/freeze-agent.yaml",
+        "admin/freeze-session.yaml",
     ],
 )
 def test_example_is_a_valid_resource(name: str) -> None:

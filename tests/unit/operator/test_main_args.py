@@ -60,6 +60,9 @@ def test_local_repo_root_is_off_by_default_and_made_absolute(
     monkeypatch.chdir(str(tmp_path))
     s = settings_from(parse_args(["-A", "--local-repo-root", "repos"]))
     assert s.local_repo_root == f"{tmp_path}/repos"
+    # A git server's base URL (the dev cluster's git daemon) is kept as given.
+    url = settings_from(parse_args(["-A", "--local-repo-root", "git://127.0.0.1:9418/"]))
+    assert url.local_repo_root == "git://127.0.0.1:9418/"
 
 
 def test_uids_and_dns_flags_become_settings() -> None:

@@ -640,6 +640,18 @@ def test_relative_repo_cannot_escape_the_local_repo_root(repo: str) -> None:
         )
 
 
+@pytest.mark.parametrize("root", ["git://127.0.0.1:9418", "git://127.0.0.1:9418/"])
+def test_relative_repo_under_a_git_server_root_is_that_servers(root: str) -> None:
+    """The dev cluster's root is its git daemon's base URL: the checkout clones from it and the
+    custodian may push there (a path it would never push to)."""
+    settings = OperatorSettings(local_repo_root=root)
+    assert _cloned("demo/repo", settings) == "git://127.0.0.1:9418/demo/repo"
+    assert _cloned("./demo/x/../repo/", settings) == "git://127.0.0.1:9418/demo/repo"
+    for escaping in ("..", "../other", "demo/../../other", "."):
+        with pytest.raises(SandboxSpecError, match="is not inside the local repo root"):
+            resolve_repo(escaping, root)
+
+
 def test_root_itself_is_no_prefix_match_for_a_sibling() -> None:
     """`/srv/corral/repos-evil` starts with the root's text but is not inside it."""
     with pytest.raises(SandboxSpecError, match="is not inside"):
