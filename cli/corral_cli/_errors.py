@@ -226,6 +226,12 @@ def guard(prog: str, call: Callable[[], int], *, json_output: bool = False) -> i
     that say why. argparse's own exits (--help, bad usage) pass through."""
     try:
         return int(call())
+    except BrokenPipeError:
+        # The reader went (`corral get ... | head`): nothing more can be said on stdout, and
+        # Python's own flush at exit would fail again; stdout is pointed at nothing first.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_OK
     except KeyboardInterrupt:  # Ctrl-C is the person's, not an error: said, not explained
         print(f"{prog}: interrupted", file=sys.stderr)
         if json_output:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,23 +178,76 @@ def validate_resource(doc: Any, source: str) -> Resource:
     return resource
 
 
-def _documents(path: Path) -> Iterable[Any]:
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ManifestError(f"the path {str(path)!r} cannot be read: {exc.strerror}") from None
-    try:
-        docs = list(yaml.safe_load_all(text))
-    except yaml.YAMLError as exc:
-        raise ManifestError(f"error parsing {path}: {exc}") from None
-    return [d for d in docs if d is not None]
+STDIN = Path("-")
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def load_manifests(paths: Sequence[Path]) -> Manifests:
-    out = Manifests()
+def expand_paths(paths: Sequence[Path], *, recursive: bool = False) -> list[Path]:
+    """`-f` as kubectl reads it: a file; `-` for stdin (once); a directory for every *.yaml,
+    *.yml and *.json in it, sorted, its subdirectories too only when `recursive` (-R)."""
+    out: list[Path] = []
     for path in paths:
+        if path == STDIN:
+            if STDIN in out:
+                raise ManifestError("-f - reads stdin, which can be read once: give it once")
+            out.append(path)
+        elif path.is_dir():
+            found = path.rglob("*") if recursive else path.glob("*")
+            files = sorted(p for p in found if p.is_file() and p.suffix in MANIFEST_SUFFIXES)
+            if not files:
+                where = "or below it " if recursive else ""
+                raise ManifestError(
+                    f"the directory {str(path)!r} has no *.yaml, *.yml or *.json {where}to read"
+                )
+            out.extend(files)
+        else:
+            out.append(path)
+    return out
+
+
+def manifest_dir(path: Path) -> Path:
+    """The directory a `-f` argument stands for (what relative paths in it, and Agents next to
+    it, are found against): a directory itself, stdin's the working directory, a file's own."""
+    if path == STDIN:
+        return Path.cwd()
+    resolved = path.resolve()
+    return resolved if resolved.is_dir() else resolved.parent
+
+
+def _documents(path: Path) -> Iterable[Any]:
+    if path == STDIN:
+        text = sys.stdin.read()
+        name = "<stdin>"
+    else:
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise ManifestError(f"the path {str(path)!r} cannot be read: {exc.strerror}") from None
+        name = str(path)
+    try:
+        docs = list(yaml.safe_load_all(text))  # JSON is YAML too
+    except yaml.YAMLError as exc:
+        raise ManifestError(f"error parsing {name}: {exc}") from None
+    out: list[Any] = []
+    for doc in docs:
+        # A `kind: List` (what `corral get -o yaml` prints) holds its objects in items.
+        if (
+            isinstance(doc, dict)
+            and doc.get("kind") == "List"
+            and isinstance(doc.get("items"), list)
+        ):
+            out.extend(doc["items"])
+        elif doc is not None:
+            out.append(doc)
+    return out
+
+
+def load_manifests(paths: Sequence[Path], *, recursive: bool = False) -> Manifests:
+    out = Manifests()
+    for path in expand_paths(paths, recursive=recursive):
+        label = "<stdin>" if path == STDIN else str(path)
         for index, doc in enumerate(_documents(path)):
-            source = f"{path} (document {index + 1})"
+            source = f"{label} (document {index + 1})"
             resource = validate_resource(doc, source)
             name = str(doc["metadata"]["name"])  # validated above
             if isinstance(resource, Agent):

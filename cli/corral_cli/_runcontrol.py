@@ -115,7 +115,11 @@ class Interrupts:
 
     def __exit__(self, *exc: object) -> None:
         if self._keep:
-            # The process ends next: a late Ctrl-C is counted, never a traceback at exit.
+            # The process ends next: a late Ctrl-C changes nothing now. Ignored rather than left
+            # to this handler, since Python's finalization puts back the default handler for a
+            # Python one (a Ctrl-C then would kill the process by SIGINT, not exit 130).
+            for sig in SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
             return
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)  # type: ignore[arg-type]

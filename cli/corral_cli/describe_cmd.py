@@ -1,11 +1,15 @@
-"""`corral describe session NAME`: one Session the way `kubectl describe` tells a story: spec,
-phase, cost, the last turn, the plan, children, conditions, every turn's receipt and the
-Events. The Session, its children and Events come from the API server with the caller's
-kubeconfig; the receipts from the operator's archive reader, live or archived (docs/cli.md)."""
+"""`corral describe KIND NAME`: one object the way `kubectl describe` tells it. A Session is a
+story: spec, phase, cost, the last turn, the plan, children, conditions, every turn's receipt
+and the Events (its receipts from the operator's archive reader, live or archived). Every other
+kind (agents, goals, approvals, evidence, freezes) shows its fields, its conditions and its
+Events. Everything else comes from the API server with the caller's kubeconfig (docs/cli.md).
+Exit status: 0 described, 2 anything else (bad usage, the API server refusing or unreachable,
+NAME not there)."""
 
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -13,7 +17,7 @@ from typing import Any
 from ._cluster import add_cluster_options, age, connect, guarded, not_found, table
 from ._errors import EXIT_OK, Parser, exit_epilog, offer
 from ._reader import ReaderClient, ReaderUnavailable, add_reader_options
-from ._tables import cost
+from ._tables import KINDS, cost
 from ._view import ledger_line, plan_lines
 
 Obj = dict[str, Any]
@@ -21,11 +25,110 @@ Obj = dict[str, Any]
 
 def build_parser() -> argparse.ArgumentParser:
     p = Parser(prog="corral describe", description=__doc__, epilog=exit_epilog())
-    offer(p.add_argument("kind", help="session (the one kind described so far)"), ["session"])
-    p.add_argument("name", help="the Session's name")
+    offer(
+        p.add_argument(
+            "kind", help="session, agent, goal, approval, evidence or freeze (or a short name)"
+        ),
+        ("session", "agent", "goal", "approval", "evidence", "freeze"),
+    )
+    p.add_argument("name", help="the object's name")
     add_reader_options(p)
     add_cluster_options(p)
     return p
+
+
+def _words(key: str) -> str:
+    """A camelCase field as kubectl describe titles it: `maxTurns` -> `Max Turns`."""
+    spaced = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", " ", key)
+    return spaced[:1].upper() + spaced[1:]
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return " ".join(str(value).split()) if isinstance(value, str) else str(value)
+
+
+def field_lines(value: Any, depth: int = 0) -> list[str]:
+    """A nested object as kubectl describe prints one: `Title:  value`, maps indented under
+    their title, each list item under a `-`."""
+    pad = "  " * depth
+    out: list[str] = []
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if isinstance(item, (dict, list)) and item:
+                out.append(f"{pad}{_words(str(key))}:")
+                out.extend(field_lines(item, depth + 1))
+            else:
+                shown = "<none>" if item in (None, {}, []) else _scalar(item)
+                out.append(f"{pad}{_words(str(key))}:  {shown}")
+    elif isinstance(value, list):
+        for item in value:
+            if isinstance(item, dict) and item:
+                inner = field_lines(item, depth + 1)
+                out.append(f"{pad}- " + inner[0].lstrip())
+                out.extend(inner[1:])
+            else:
+                out.append(f"{pad}- {_scalar(item)}")
+    else:
+        out.append(f"{pad}{_scalar(value)}")
+    return out
+
+
+def _pairs(values: Any) -> str:
+    if not values:
+        return "<none>"
+    return "\n               ".join(f"{k}={v}" for k, v in sorted(values.items()))
+
+
+def conditions_table(conds: list[Obj]) -> str:
+    rows = [["TYPE", "STATUS", "REASON", "MESSAGE"]]
+    rows += [[c.get("type", ""), c.get("status", ""), c.get("reason", ""),
+              " ".join(str(c.get("message", "")).split())[:120]] for c in conds]  # fmt: skip
+    return _indent(table(rows))
+
+
+def events_lines(events: list[Obj], now: float) -> list[str]:
+    lines = ["Events:" + ("        <none>" if not events else "")]
+    if events:
+        rows = [["TYPE", "REASON", "AGE", "FROM", "MESSAGE"]]
+        for e in events:
+            when = (
+                e.get("lastTimestamp")
+                or e.get("eventTime")
+                or e["metadata"].get("creationTimestamp")
+            )
+            source = (e.get("source") or {}).get("component") or e.get("reportingComponent")
+            rows.append([str(e.get("type", "")), str(e.get("reason", "")), age(when, now),
+                         str(source or ""),
+                         " ".join(str(e.get("message", "")).split())[:120]])  # fmt: skip
+        lines.append(_indent(table(rows)))
+    return lines
+
+
+def render_object(obj: Obj, events: list[Obj], now: float) -> str:
+    """Any kind but a Session: metadata, spec, status (conditions as a table), Events."""
+    md = obj["metadata"]
+    status = dict(obj.get("status") or {})
+    conds = status.pop("conditions", None) or []
+    lines = [
+        f"Name:          {md['name']}",
+        f"Namespace:     {md.get('namespace', '')}",
+        f"Kind:          {obj.get('kind', '')}",
+        f"Labels:        {_pairs(md.get('labels'))}",
+        f"Annotations:   {_pairs(md.get('annotations'))}",
+        f"Created:       {md.get('creationTimestamp') or '<unknown>'} "
+        f"({age(md.get('creationTimestamp'), now)} ago)",
+        "Spec:" + ("" if obj.get("spec") else "          <none>"),
+    ]
+    lines += field_lines(obj.get("spec") or {}, 1)
+    lines.append("Status:" + ("" if status else "        <none>"))
+    lines += field_lines(status, 1)
+    lines.append("Conditions:" + ("" if conds else "    <none>"))
+    if conds:
+        lines.append(conditions_table(conds))
+    lines += events_lines(events, now)
+    return "\n".join(lines)
 
 
 def _indent(text: str, by: str = "  ") -> str:
@@ -129,26 +232,11 @@ def render(
             rows.append([c["metadata"]["name"], phase, str(cs.get("turns") or 0), spent])
         lines.append(_indent(table(rows)))
     lines.append("Conditions:")
-    conds = st.get("conditions") or []
-    rows = [["TYPE", "STATUS", "REASON", "MESSAGE"]]
-    rows += [[c.get("type", ""), c.get("status", ""), c.get("reason", ""),
-              " ".join(str(c.get("message", "")).split())[:120]] for c in conds]  # fmt: skip
-    lines.append(_indent(table(rows)))
+    lines.append(conditions_table(st.get("conditions") or []))
     lines.append(f"Receipts:      {transcript_note}")
     if receipts:
         lines.extend(_indent(line) for line in receipt_lines(receipts))
-    lines.append("Events:" + ("        <none>" if not events else ""))
-    if events:
-        rows = [["TYPE", "REASON", "AGE", "MESSAGE"]]
-        for e in events:
-            when = (
-                e.get("lastTimestamp")
-                or e.get("eventTime")
-                or e["metadata"].get("creationTimestamp")
-            )
-            rows.append([str(e.get("type", "")), str(e.get("reason", "")), age(when, now),
-                         " ".join(str(e.get("message", "")).split())[:120]])  # fmt: skip
-        lines.append(_indent(table(rows)))
+    lines += events_lines(events, now)
     return "\n".join(lines)
 
 
@@ -178,37 +266,49 @@ async def transcript_of(args: argparse.Namespace, kube: Any, namespace: str) -> 
     return receipts, note + ")"
 
 
+async def _events(kube: Any, namespace: str, kind: str, name: str) -> list[Obj]:
+    """The object's Events, oldest first (as kubectl describe lists them)."""
+    selector = f"involvedObject.name={name},involvedObject.kind={kind}"
+    found = await kube.request(
+        "GET", f"/api/v1/namespaces/{namespace}/events", query=[("fieldSelector", selector)]
+    )
+    return sorted(
+        (found or {}).get("items") or [],
+        key=lambda e: e.get("lastTimestamp") or e["metadata"].get("creationTimestamp") or "",
+    )
+
+
 async def _describe(args: argparse.Namespace) -> int:
+    kind, plural = KINDS[args.kind]
     kube, namespace = await connect(args)
     from corral_operator.kube import corral_path
 
     try:
-        session = await kube.get(corral_path("Session", namespace, args.name))
-        if session is None:
-            raise not_found("sessions", args.name, namespace)
+        obj = await kube.get(corral_path(kind, namespace, args.name))
+        if obj is None:
+            raise not_found(plural, args.name, namespace)
+        events = await _events(kube, namespace, kind, args.name)
+        if kind != "Session":
+            print(render_object(obj, events, time.time()))
+            return EXIT_OK
         siblings = await kube.list(corral_path("Session", namespace))
         children = [
             s for s in siblings
             if ((s.get("spec") or {}).get("parentRef") or {}).get("name") == args.name
         ]  # fmt: skip
-        selector = f"involvedObject.name={args.name},involvedObject.kind=Session"
-        found = await kube.request(
-            "GET", f"/api/v1/namespaces/{namespace}/events", query=[("fieldSelector", selector)]
-        )
-        events = sorted(
-            (found or {}).get("items") or [],
-            key=lambda e: e.get("lastTimestamp") or e["metadata"].get("creationTimestamp") or "",
-        )
         receipts, note = await transcript_of(args, kube, namespace)
     finally:
         await kube.close()
-    print(render(session, children, events, receipts, note, time.time()))
+    print(render(obj, children, events, receipts, note, time.time()))
     return EXIT_OK
 
 
 def main(argv: Sequence[str]) -> int:
     p = build_parser()
     args = p.parse_args(list(argv))
-    if args.kind not in ("session", "sessions", "sess", "cs"):
-        p.error(f"describe knows sessions; {args.kind!r} is not one")
+    if args.kind not in KINDS:
+        p.error(
+            f"unknown kind {args.kind!r}: session, agent, goal, approval, evidence or freeze "
+            "(or their short names)"
+        )
     return guarded("describe", _describe(args))

@@ -20,8 +20,8 @@ commands:
   context     print the context the harness would assemble: corral context -f session.yaml ...
   freeze      hold a session tree, an agent's sessions or a namespace: corral freeze session NAME
   unfreeze    lift a freeze: corral unfreeze session NAME (also: agent NAME, namespace)
-  get         list Corral's objects: corral get sessions|goals|approvals|evidence [NAME] [-A]
-  describe    one Session's story: corral describe session NAME (turns, receipts, plan, children)
+  get         list Corral's objects: corral get sessions|agents|goals|approvals|evidence|freezes
+  describe    one object's fields, conditions and Events: corral describe session NAME
   logs        a Session's turn stream, live or archived: corral logs NAME [-f]
   tree        a Session and the Sessions it started: corral tree NAME
   approve     approve an Approval with your own credentials: corral approve NAME

@@ -57,7 +57,14 @@ from ._egress_local import (
 from ._errors import DEBUG_ENV, CommandError, Parser, exit_epilog, explain, report
 from ._localpaths import MEMORY_ENV, default_run_dir, is_inside, memory_db, write_secret
 from ._localstore import STATE_FILE, RunRecord
-from ._manifests import ManifestError, check_session_branch, load_manifests, pick_session
+from ._manifests import (
+    ManifestError,
+    check_session_branch,
+    load_manifests,
+    manifest_dir,
+    pick_session,
+)
+from ._run_flags import add_run_flags, dry_run_text, inline_session, with_flags
 from ._runcontrol import Interrupts, StateLock, lock_state_dir
 from ._view import View, choose_view
 from ._workspace import (
@@ -102,8 +109,15 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         metavar="FILE",
         action="append",
         type=Path,
-        required=True,
-        help="YAML with the Session (and optionally its Agent); may be given more than once",
+        default=[],
+        help="YAML (or JSON) with the Session and optionally its Agent: a file, - for stdin, "
+        "or a directory (its *.yaml, *.yml, *.json); may be given more than once",
+    )
+    p.add_argument(
+        "-R",
+        "--recursive",
+        action="store_true",
+        help="a -f directory's subdirectories too",
     )
     p.add_argument(
         "--agent",
@@ -171,6 +185,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="script for the scripted model when no ANTHROPIC_API_KEY is set "
         f"(default: ${SCENARIO_ENV}, else examples/demo/scenario.yaml)",
     )
+    add_run_flags(p)
     return p
 
 
@@ -189,7 +204,7 @@ def _scenario(args: argparse.Namespace) -> Path:
         return Path(args.scenario).resolve()
     from_env = os.environ.get(SCENARIO_ENV)
     candidates = [Path(from_env)] if from_env else []
-    candidates += [f.resolve().parent / "demo" / "scenario.yaml" for f in args.files]
+    candidates += [manifest_dir(f) / "demo" / "scenario.yaml" for f in args.files]
     candidates.append(_PROJECT_ROOT / "examples" / "demo" / "scenario.yaml")
     for candidate in candidates:
         if candidate.is_file():
@@ -608,8 +623,13 @@ def missing_sandbox_modules() -> list[str]:
 def run_command(argv: list[str], *, program: bool = False) -> int:
     """`corral run`; `program` when it is the process's entry point (Ctrl-C stays latched until
     the process exits, so a late one cannot print a traceback)."""
-    args = build_parser().parse_args(argv)
-    missing = missing_sandbox_modules()
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.files and args.task is None:
+        parser.error("the following arguments are required: -f/--filename")  # or --task
+    if args.output is not None and not args.dry_run:
+        parser.error("-o prints what --dry-run would run; a run's own output is --json")
+    missing = [] if args.dry_run else missing_sandbox_modules()
     if missing:
         raise CommandError(
             f"corral run starts the harness and the custodian here, and they need "
@@ -617,16 +637,24 @@ def run_command(argv: list[str], *, program: bool = False) -> int:
             f"install the sandbox extra: {SANDBOX_EXTRA}",
         )
     try:
-        found = load_manifests([*args.agent_files, *args.files])
-        search = list(dict.fromkeys(f.resolve().parent for f in args.files))
+        found = load_manifests([*args.agent_files, *args.files], recursive=args.recursive)
+        if not args.files:
+            found.sessions.append(inline_session(args, found))
+        search = list(dict.fromkeys(manifest_dir(f) for f in args.files))
         session, agent = pick_session(found, search)
+        session, agent = with_flags(args, session, agent)
+        found.agents[session.spec.agent_ref] = agent
         check_session_branch(session, agent)
         if args.output_schema is not None:
             session = with_output_schema(session, args.output_schema)
         if args.scenario is not None and not args.scenario.is_file():
             raise ManifestError(f"--scenario {args.scenario}: no such file")
     except ManifestError as exc:
-        return report("corral run", str(exc), json_output=args.json, code=EXIT_INVALID)
+        json_output = args.json or args.output == "json"
+        return report("corral run", str(exc), json_output=json_output, code=EXIT_INVALID)
+    if args.dry_run:
+        print(dry_run_text(session, agent, args.output))
+        return EXIT_OK
     name = str(session.metadata["name"])
     view = choose_view(f"corral run · {name}", json_lines=args.json)
     run = LocalRun(args, session, agent, view, agents=found.agents)
@@ -802,7 +830,7 @@ def _checkout(args: argparse.Namespace, run: LocalRun) -> Callable[[], SessionCh
     branch = spec.branch or default_session_branch(run.name)
     dest = run.state_dir / "workspace"
     if args.workspace is None:
-        base = args.files[-1].resolve().parent
+        base = manifest_dir(args.files[-1]) if args.files else Path.cwd()
         return lambda: prepare_workspace(spec, base, dest, branch)
     directory = args.workspace.resolve()
     top = repository_top(directory)

@@ -201,7 +201,12 @@ class KubeClient:
         return list(found.get("items") or []) if isinstance(found, dict) else []
 
     async def watch(
-        self, path: str, resource_version: str, *, timeout_seconds: int = 240
+        self,
+        path: str,
+        resource_version: str,
+        *,
+        timeout_seconds: int = 240,
+        label_selector: str | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
         """The watch events after `resource_version` (bookmarks included) until the server
         ends the watch; `Gone` when that version has expired."""
@@ -211,6 +216,8 @@ class KubeClient:
             "allowWatchBookmarks": "true",
             "timeoutSeconds": str(timeout_seconds),
         }
+        if label_selector:
+            query["labelSelector"] = label_selector
         timeout = httpx.Timeout(self._timeout, read=timeout_seconds + 30.0)
         try:
             async with self._http.stream("GET", path, params=query, timeout=timeout) as response:

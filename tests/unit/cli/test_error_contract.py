@@ -366,3 +366,13 @@ def test_run_without_the_sandbox_extra_says_which_extra_to_install(
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert hidden in done.stderr and "pip install 'corral[sandbox]'" in done.stderr
     assert not (tmp_path / "state").exists()  # refused before anything was written
+
+
+def test_a_reader_that_goes_away_ends_the_output_quietly() -> None:
+    """`corral ... | head`: the pipe closes under the command, which ends without a traceback."""
+    corral = Path(sys.executable).parent / "corral"
+    # `true` reads nothing and is gone before corral writes: every write meets a closed pipe.
+    script = f"'{corral}' completion bash | true; echo rc=${{PIPESTATUS[0]}}"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert "Traceback" not in done.stderr and "pipe" not in done.stderr.lower(), done.stderr
+    assert done.stdout.strip() == "rc=0", done.stdout

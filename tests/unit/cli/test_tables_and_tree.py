@@ -17,10 +17,10 @@ def _session(name: str, parent: str | None = None, **status: object) -> dict[str
 def test_session_rows_are_kubectl_shaped() -> None:
     items = [_session("b", phase="Running", turns=2, usage={"cost": 0.5}), _session("a")]
     table = rows("Session", items, 0.0, wide=True, namespaces=True)
-    assert table[0][:3] == ["NAMESPACE", "NAME", "AGENT"] and table[0][-1] == "MESSAGE"
+    assert table[0][:3] == ["NAMESPACE", "NAME", "AGENT"] and table[0][-1] == "AGE"
     assert [r[1] for r in table[1:]] == ["a", "b"]
-    assert table[2][2:7] == ["coder", "Running", "2", "", "$0.5000"]
-    assert table[1][3] == "Pending"
+    assert table[2][2:9] == ["coder", "Running", "2", "", "", "0.5", ""]
+    assert table[1][3] == ""  # no phase yet: an empty cell, as kubectl shows the column
 
 
 def test_a_tree_nests_by_parent_and_survives_a_cycle() -> None:
