@@ -17,6 +17,9 @@ PACKAGES := api/corral_api kube/corral_kube operator/corral_operator harness_ima
 # real node and the attack suite on one worker each. `make test TEST_WORKERS=0` runs everything
 # one after another in one process.
 TEST_WORKERS ?= 3
+# The path test (hack/path-tests.sh) runs the unit and local-node tiers as one process beside
+# the main run, which then takes one worker fewer: three processes on CI's 2 cores, as before.
+MAIN_WORKERS := $(shell w=$(TEST_WORKERS); [ "$$w" -gt 1 ] && echo $$((w - 1)) || echo $$w)
 # When `make test` started, builds and lint included: the run's summary reports it and fails a
 # run past CORRAL_RUN_LIMIT_SECONDS (tests/conftest.py).
 CORRAL_RUN_STARTED ?= $(shell date +%s)
@@ -83,7 +86,7 @@ node-background:
 test: $(STAMP) node-background lint crds-check chart-check control-plane exec exec-check gateway gateway-check ## Everything CI runs: lint, drift check, Go and Python tests (unit, wire, cluster, attack, node)
 	@bash hack/path-tests.sh start
 	@# The unit and local-node tiers run from the path test's copy (hack/path-tests.sh), not here.
-	$(BIN)/pytest -q -p no:cacheprovider -rs -n $(TEST_WORKERS) --dist loadgroup \
+	$(BIN)/pytest -q -p no:cacheprovider -rs -n $(MAIN_WORKERS) --dist loadgroup \
 	  --ignore=tests/unit --ignore=tests/cluster/test_localnode.py; rc=$$?; \
 	  bash hack/path-tests.sh wait || rc=$${rc/#0/1}; exit $$rc
 
@@ -134,7 +137,7 @@ node: ## Build the real node (containerd, kubelet, kube-proxy, CoreDNS, kube-rou
 demo: $(STAMP) ## Run the demo session on this machine: no cluster, no network, no key needed (SCENARIO=plan: a forced plan)
 	CORRAL_BIN=$(BIN)/corral SCENARIO=$(SCENARIO) bash demo/run_demo.sh
 
-dev-cluster: $(STAMP) control-plane exec ## Local cluster running Corral (control plane, node, operator, demo model)
+dev-cluster: $(STAMP) control-plane exec ## Local cluster running Corral (control plane, node, operator, demo model, git server for the examples; NODE=real for real containers)
 	$(BIN)/python -m corral_dev up
 
 dev-cluster-down: $(STAMP) ## Stop everything dev-cluster started

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The suite passes wherever it is cloned (docs/operations.md, "Running the tests"): the unit tier
 # and the local node's tier run from a copy of this tree under a path with a space in it, beside
-# `make test`'s main run (which leaves them out), at a lower priority so they fill its idle CPU.
+# `make test`'s main run (which leaves them out), as one more process beside its workers.
 #
 #   hack/path-tests.sh start   copy the tree, make its venv, start the run in the background
 #   hack/path-tests.sh wait    wait for it; its exit status, its output on failure
@@ -23,7 +23,7 @@ start)
     make -s venv > "$state/log" 2>&1
     # Port block 7 (corral_dev.ports): the main run's workers take 0-2, its controller 8.
     rc=0
-    PYTEST_XDIST_WORKER=gw7 nice -n 10 .venv/bin/pytest -q -p no:cacheprovider -rs \
+    PYTEST_XDIST_WORKER=gw7 .venv/bin/pytest -q -p no:cacheprovider -rs \
       tests/unit tests/cluster/test_localnode.py >> "$state/log" 2>&1 || rc=$?
     echo "$rc" > "$state/rc"
   ) < /dev/null > /dev/null 2>&1 &

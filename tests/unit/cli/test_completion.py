@@ -130,8 +130,9 @@ def test_fish_completes_from_the_same_parsers(scripts: dict[str, Path]) -> None:
     assert "freeze" in complete("kubectl-corral fr")
 
 
-def zsh_tab(zsh: str, script: Path, line: str) -> str:
-    """What a zsh at a terminal shows after `line` and a Tab (compinit, then the script)."""
+def zsh_tab(zsh: str, script: Path, line: str, until: str | None = None) -> str:
+    """What a zsh at a terminal shows after `line` and a Tab (compinit, then the script): read
+    until `until` shows (a loaded machine may take seconds), else for 2 s."""
     pid, fd = pty.fork()
     if pid == 0:  # the child: an interactive zsh without the person's rc files
         os.execve(zsh, [zsh, "-f", "-i"], {"PATH": os.environ["PATH"], "TERM": "dumb",
@@ -153,6 +154,8 @@ def zsh_tab(zsh: str, script: Path, line: str) -> str:
         assert b"LOADED\r\n" in read(20, b"LOADED\r\n")
         read(0.3)
         os.write(fd, line.encode() + b"\t")
+        if until is not None:
+            return read(30.0, until.encode()).decode(errors="replace")
         return read(2.0).decode(errors="replace")
     finally:
         os.kill(pid, signal.SIGKILL)
@@ -172,4 +175,4 @@ def zsh_tab(zsh: str, script: Path, line: str) -> str:
 )
 def test_zsh_completes_at_a_terminal(scripts: dict[str, Path], line: str, shown: str) -> None:
     zsh = _shell("zsh")
-    assert shown in zsh_tab(zsh, scripts["zsh"], line).replace("\x07", "")
+    assert shown in zsh_tab(zsh, scripts["zsh"], line, shown).replace("\x07", "")

@@ -197,7 +197,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory, stand_ins: dict[int, str]) -> 
 
     def run(case: Case) -> Ran:
         done = subprocess.run(
-            [*corral_argv(), *case.argv], capture_output=True, text=True, timeout=60,
+            [*corral_argv(), *case.argv], capture_output=True, text=True, timeout=180,
             env=_env(home, **dict(case.env)), cwd=tmp, stdin=subprocess.DEVNULL,
         )  # fmt: skip
         return Ran(case, done.returncode, done.stdout, done.stderr)

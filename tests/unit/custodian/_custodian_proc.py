@@ -59,7 +59,7 @@ def _secret_file(path: Path) -> str:
 
 @contextmanager
 def running_custodian(
-    env: dict[str, str], log: Path, *, operator: bool = True, ready_timeout: float = 20
+    env: dict[str, str], log: Path, *, operator: bool = True, ready_timeout: float = 60
 ) -> Iterator[Custodian]:
     """Start the custodian with exactly `env` (plus PATH, a credential file and, with
     `operator`, an operator port and wire token) and yield it once ready. The credential and
