@@ -118,8 +118,8 @@ class Interrupts:
             # The process ends next: a late Ctrl-C changes nothing now. Ignored rather than left
             # to this handler, since Python's finalization puts back the default handler for a
             # Python one (a Ctrl-C then would kill the process by SIGINT, not exit 130).
-            for sig in SIGNALS:
-                signal.signal(sig, signal.SIG_IGN)
+            for ignored in SIGNALS:
+                signal.signal(ignored, signal.SIG_IGN)
             return
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)  # type: ignore[arg-type]
