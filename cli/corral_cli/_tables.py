@@ -51,14 +51,19 @@ def describe_action(approval: Obj, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _cell(column: Any, obj: Obj, now: float) -> str:
+# What an empty cell means where the API leaves a field unset on purpose: an Approval no
+# person has decided yet carries no decision (kubectl shows a blank there; corral says it).
+_UNSET = {("Approval", ".status.decision"): "Pending"}
+
+
+def _cell(column: Any, obj: Obj, now: float, kind: str = "") -> str:
     """One printer column's cell, as the API server's table has it: a date as kubectl's AGE,
     several values joined by commas, nothing when the path reaches nothing."""
     from ._jsonpath import evaluate, text_of
 
     values = evaluate(column.json_path, obj)
     if not values:
-        return ""
+        return _UNSET.get((kind, column.json_path), "")
     if column.type == "date":
         return age(str(values[0]), now)
     return ",".join(text_of(v) for v in values)
@@ -95,7 +100,7 @@ def rows(
         )
     for obj in _ordered(items):
         lead = [obj["metadata"].get("namespace", "")] if namespaces else []
-        out.append(lead + [obj["metadata"]["name"]] + [_cell(c, obj, now) for c in columns])
+        out.append(lead + [obj["metadata"]["name"]] + [_cell(c, obj, now, kind) for c in columns])
     return out
 
 

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
+import queue
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -143,19 +144,32 @@ def test_get_columns_selector_and_all_namespaces(control_plane: ControlPlane, se
     assert bad.returncode == 2 and len(bad.stderr.splitlines()) <= 2
 
 
-def _read_until(proc: subprocess.Popen[str], want: str, deadline: float) -> list[str]:
-    """Lines from the watching process until one contains `want`."""
+def _reader(proc: subprocess.Popen[str]) -> queue.Queue[str | None]:
+    """The watching process's lines as they come, read by a thread (a selector on the pipe
+    would miss lines Python has already buffered, such as the rows printed with the header)."""
     assert proc.stdout is not None
+    lines: queue.Queue[str | None] = queue.Queue()
+
+    def pump(stream: Any) -> None:
+        for line in stream:
+            lines.put(line.rstrip("\n"))
+        lines.put(None)
+
+    threading.Thread(target=pump, args=(proc.stdout,), daemon=True).start()
+    return lines
+
+
+def _read_until(lines: queue.Queue[str | None], want: str, deadline: float) -> list[str]:
+    """Lines from the watching process until one contains `want`."""
     seen: list[str] = []
-    selector = selectors.DefaultSelector()
-    selector.register(proc.stdout, selectors.EVENT_READ)
-    while time.monotonic() < deadline:
-        if not selector.select(timeout=0.5):
-            continue
-        line = proc.stdout.readline()
-        if not line:
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            line = lines.get(timeout=left)
+        except queue.Empty:
             break
-        seen.append(line.rstrip("\n"))
+        if line is None:
+            break
+        seen.append(line)
         if want in line:
             return seen
     raise AssertionError(f"no line with {want!r} in {seen}")
@@ -168,10 +182,11 @@ def test_get_watch_prints_a_change(control_plane: ControlPlane, seeded: str) -> 
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=env)  # fmt: skip
     try:
-        first = _read_until(proc, "other", time.monotonic() + 60)
+        lines = _reader(proc)
+        first = _read_until(lines, "other", time.monotonic() + 60)
         assert first[0].startswith("NAME")
         _status(control_plane, seeded, "sessions", "other", {"phase": "Succeeded", "turns": 3})
-        changed = _read_until(proc, "Succeeded", time.monotonic() + 30)
+        changed = _read_until(lines, "Succeeded", time.monotonic() + 30)
         assert changed[-1].split()[:4] == ["other", "coder", "Succeeded", "3"]
         assert proc.poll() is None  # still watching
     finally:

@@ -75,6 +75,16 @@ def test_cells_follow_the_columns_json_paths_and_types() -> None:
     assert rows("Freeze", [freeze], NOW, wide=True)[1][-2] == "incident"
 
 
+def test_an_undecided_approval_reads_pending_and_a_decided_one_its_decision() -> None:
+    asked = _obj("Approval", "a1", spec={"sessionRef": {"name": "s"}, "action": {"tool": "land"}})
+    decided = _obj("Approval", "a2", spec={"sessionRef": {"name": "s"}, "action": {"tool": "land"}},
+                   status={"decision": "Denied"})  # fmt: skip
+    assert [r[3] for r in rows("Approval", [asked, decided], NOW, header=False)] == [
+        "Pending",
+        "Denied",
+    ]
+
+
 def test_names_and_custom_columns() -> None:
     items = [_obj("Session", "s1", status={"phase": "Running"}), _obj("Session", "s2")]
     assert resource_name("Session", items[0]) == "session.corral.dev/s1"
