@@ -64,6 +64,12 @@ crds: $(STAMP) ## Regenerate crds/ and the chart's copy from the API models
 crds-check: $(STAMP) ## Fail if the generated CRDs differ from the models
 	$(BIN)/python -m corral_api.crdgen crds charts/corral/crds --check
 
+docs: $(STAMP) ## Write the docs' generated parts (docs/cli.md's columns and command reference)
+	$(BIN)/python hack/docs-gen.py
+
+docs-check: $(STAMP) ## Fail if the docs' generated parts differ from the code
+	$(BIN)/python hack/docs-gen.py --check
+
 lint: $(STAMP) ## ruff, mypy --strict and import-linter
 	$(BIN)/ruff check $(SRC) tests tests_extra bench
 	$(BIN)/mypy --cache-dir $(MYPY_CACHE) $(SRC)
@@ -83,7 +89,7 @@ node-background:
 	    > "$(HOME)/.cache/corral/node-build.log" 2>&1 < /dev/null & \
 	fi
 
-test: $(STAMP) node-background lint crds-check chart-check control-plane exec exec-check gateway gateway-check ## Everything CI runs: lint, drift check, Go and Python tests (unit, wire, cluster, attack, node)
+test: $(STAMP) node-background lint crds-check docs-check chart-check control-plane exec exec-check gateway gateway-check ## Everything CI runs: lint, drift check, Go and Python tests (unit, wire, cluster, attack, node)
 	@bash hack/path-tests.sh start
 	@# The unit and local-node tiers run from the path test's copy (hack/path-tests.sh), not here.
 	$(BIN)/pytest -q -p no:cacheprovider -rs -n $(MAIN_WORKERS) --dist loadgroup \
@@ -149,4 +155,4 @@ e2e-kind: ## End-to-end on kind (needs Docker and kind; not in CI here)
 clean: ## Remove the venv and local state (keeps the binary cache)
 	rm -rf $(VENV) .corral
 
-.PHONY: help venv node node-background exec exec-check gateway gateway-check control-plane crds crds-check chart-check lint test test-unit test-embeddings bench bench-peers demo dev-cluster dev-cluster-down e2e-kind clean
+.PHONY: help venv node node-background exec exec-check gateway gateway-check control-plane crds crds-check docs docs-check chart-check lint test test-unit test-embeddings bench bench-peers demo dev-cluster dev-cluster-down e2e-kind clean

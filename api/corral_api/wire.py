@@ -285,6 +285,13 @@ FULL_SHA = r"^[0-9a-f]{40}$"
 DeliveryState = Literal["Delivered", "NothingToDeliver", "Failed"]
 
 
+# A person's bearer token for the operator's archive reader (docs/history.md), beside or instead
+# of `Authorization`: the API server's service proxy authenticates the caller and drops their
+# `Authorization` before it forwards, so `corral logs` through the proxy carries the token here;
+# the reader reviews it exactly as it reviews a direct call's.
+READER_AUTHORIZATION_HEADER = "X-Corral-Authorization"
+
+
 # The agent's commits reach the custodian as data: the harness has the tools side write a git
 # bundle of the commits since `BundleBase.base` and sends its bytes (content type
 # BUNDLE_CONTENT_TYPE) to `POST /agents/{conversation}/bundle?revision=<tip>`; the custodian

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -58,11 +59,27 @@ class Archiving:
     reader: Path  # kubeconfig of a person who may read the namespace's sessions
     outsider: Path  # kubeconfig of a person with no role there
 
-    def corral(self, *args: str, kubeconfig: Path | None = None, timeout: float = 60) -> Any:
+    def corral(
+        self, *args: str, kubeconfig: Path | None = None, timeout: float = 60, direct: bool = True
+    ) -> Any:
+        """`corral ARGS` as the person; `direct`: the reader at its URL, else (no
+        $CORRAL_ARCHIVE_URL) through the API server's service proxy as `--archive-service`
+        says."""
         env = {**os.environ, "CORRAL_ARCHIVE_URL": self.reader_url}
         env.pop("KUBECONFIG", None)
+        if not direct:
+            env.pop("CORRAL_ARCHIVE_URL")
         cmd = [*CORRAL, *args, "--kubeconfig", str(kubeconfig or self.reader)]
         return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def _routable_address() -> str:
+    """This host's address on its default route (a UDP connect sends nothing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("198.51.100.1", 9))
+        address = str(probe.getsockname()[0])
+    assert not address.startswith("127."), f"no routable address for the reader: {address}"
+    return address
 
 
 def _token_kubeconfig(cp: ControlPlane, namespace: str, account: str) -> Path:
@@ -107,7 +124,10 @@ def archiving(
     if getattr(request, "param", None) == "unwritable":
         archive.write_text("a file where the archive's directory should be\n")
         args += ["--archive-deadline-seconds", "3"]
-    args += ["--archive-dir", str(archive), "--archive-listen", f"127.0.0.1:{port}"]
+    # A routable address, not loopback: the API server's service proxy dials it too (an
+    # Endpoints address may not be loopback).
+    host = _routable_address()
+    args += ["--archive-dir", str(archive), "--archive-listen", f"{host}:{port}"]
     handle = OperatorHandle(control_plane, namespace, kubeconfig, args, work / "operator.log",
                             node=local_node)  # fmt: skip
     handle.start()
@@ -127,7 +147,7 @@ def archiving(
     try:
         stack.wait_serving("the operator", f"http://127.0.0.1:{health}/healthz", handle.process,
                            handle.log)  # fmt: skip
-        yield Archiving(handle, archive, f"http://127.0.0.1:{port}", reader, outsider)
+        yield Archiving(handle, archive, f"http://{host}:{port}", reader, outsider)
     finally:
         handle.stop()
         with contextlib.suppress(Exception):
@@ -194,7 +214,8 @@ def test_a_finished_session_is_read_after_its_pod_is_gone(
     # get: the table, -o json / yaml / wide, and -A with the admin's kubeconfig.
     table = archiving.corral("get", "sessions")
     header, *rows = table.stdout.splitlines()
-    assert header.split()[:6] == ["NAME", "AGENT", "PHASE", "TURNS", "OUTCOME", "COST"]
+    assert header.split() == ["NAME", "AGENT", "PHASE", "TURNS", "OUTCOME", "FROZEN", "WAKES",
+                              "AGE"]  # the CRD's printer columns  # fmt: skip
     row = next(r.split() for r in rows if r.startswith(name))
     assert row[1:5] == ["hist-coder", "Succeeded", "1", "success"]
     listed = json.loads(archiving.corral("get", "sessions", "-o", "json").stdout)
@@ -338,6 +359,100 @@ def test_logs_follow_a_live_session_to_its_end(
     assert f"session {name}: Succeeded ({len(events)} events)" in text
 
 
+def _serve_reader_through_its_service(
+    control_plane: ControlPlane, namespace: str, reader_url: str, people: list[str]
+) -> str:
+    """The chart's reader Service and its `archive-proxy` Role (bound to `people`, service
+    accounts of `namespace`), with the Service's endpoint at the test's operator process: a
+    stand-in Pod object (on no node) carries its address, as the API server checks an
+    endpoint's pod before it proxies. Returns the Service as NAMESPACE/NAME."""
+    release = f"corral-{namespace}"
+    host, port = reader_url.removeprefix("http://").rsplit(":", 1)
+    subjects = [{"kind": "ServiceAccount", "name": p, "namespace": namespace} for p in people]
+    # The chart's values as documented: the bound people, and the API server's address let
+    # through the operator's NetworkPolicy (the local plane enforces none; the render checks
+    # the value's shape).
+    docs = stack.render_chart(control_plane, release, namespace, **{
+        "archive.proxySubjects": subjects,
+        "console.allowedFrom": [{"ipBlock": {"cidr": "127.0.0.1/32"}}],
+    })  # fmt: skip
+    proxy_rbac = [d for d in docs if d["metadata"]["name"] == f"{release}-archive-proxy"]
+    assert [d["kind"] for d in proxy_rbac] == ["Role", "RoleBinding"], proxy_rbac
+    rules = proxy_rbac[0]["rules"]
+    only = {"apiGroups": [""], "resources": ["services/proxy"],
+            "resourceNames": [f"{release}-archive:archive"], "verbs": ["get"]}  # fmt: skip
+    assert rules == [only], rules
+    stack.apply_docs(control_plane, proxy_rbac)
+    pod = f"{release}-operator-stand-in"
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod, "namespace": OPERATOR_NAMESPACE},
+        "spec": {"nodeName": "no-such-node", "containers": [{"name": "operator",
+                                                             "image": "none"}]},
+    }))  # fmt: skip
+    control_plane.kubectl("patch", "pod", pod, "-n", OPERATOR_NAMESPACE, "--subresource=status",
+                          "--type=merge", "-p", json.dumps({"status": {
+                              "podIP": host, "podIPs": [{"ip": host}]}}))  # fmt: skip
+    control_plane.kubectl("apply", "-f", "-", input=yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Endpoints",
+        "metadata": {"name": f"{release}-archive", "namespace": OPERATOR_NAMESPACE},
+        "subsets": [{"addresses": [{"ip": host, "targetRef": {
+            "kind": "Pod", "namespace": OPERATOR_NAMESPACE, "name": pod}}],
+                     "ports": [{"name": "archive", "port": int(port)}]}],
+    }))  # fmt: skip
+    return f"{OPERATOR_NAMESPACE}/{release}-archive"
+
+
+def test_logs_through_the_api_servers_service_proxy_with_the_kubeconfig_alone(
+    archiving: Archiving,
+    control_plane: ControlPlane,
+    namespace: str,
+    scripted_model: ScriptedModelHandle,
+    git_repo: Any,
+) -> None:
+    op, name = archiving.operator, "hist-proxied"
+    echo = {"tool_use": {"name": "bash", "input": {"command": "echo proxied-hello"}}}
+    scripted_model.load({"conversations": {name: [echo, {"text": "Done through the proxy."}]}})
+    # `outsider` may reach the reader through the proxy but not get Sessions: the reader's
+    # review of the token in Corral's header refuses it. `stranger` may not even reach it.
+    service = _serve_reader_through_its_service(
+        control_plane, namespace, archiving.reader_url, ["reader", "outsider"]
+    )
+    stranger = _token_kubeconfig(control_plane, namespace, "stranger")
+    via = ("--archive-service", service)
+    op.apply(agent_doc("proxied-coder", loop="reactive"),
+             session_doc(name, git_repo, "proxied-coder"))  # fmt: skip
+
+    # Followed through the proxy from the start to the end (long polls through the API server).
+    followed = archiving.corral("logs", name, "-f", *via, direct=False, timeout=150)
+    assert followed.returncode == 0, followed.stderr
+    assert "▶ bash echo proxied-hello" in followed.stdout, followed.stdout
+    assert "assistant: Done through the proxy." in followed.stdout
+    assert f"session {name}: Succeeded" in followed.stdout
+    described = archiving.corral("describe", "session", name, *via, direct=False)
+    assert described.returncode == 0 and "wire events, 1 settled" in described.stdout, described
+
+    refused = archiving.corral("logs", name, *via, kubeconfig=archiving.outsider, direct=False)
+    assert refused.returncode == 2, refused
+    assert "proxied-hello" not in refused.stdout
+    assert "refused (403) forbidden: you may not get sessions/" in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) <= 2, refused.stderr
+
+    barred = archiving.corral("logs", name, *via, kubeconfig=stranger, direct=False)
+    assert barred.returncode == 2 and "proxied-hello" not in barred.stdout, barred
+    assert "refused (403)" in barred.stderr and "services/proxy" in barred.stderr, barred.stderr
+    assert "archive-proxy Role" in barred.stderr and "Traceback" not in barred.stderr
+
+    # No such Service (the default name where the chart is not installed as `corral`), asked
+    # by the admin (a client certificate authenticates to the API server, `--token` is what
+    # the reader would review): what to check, in two lines.
+    missing = archiving.corral("logs", name, "--archive-service", "corral-system/nope",
+                               "--token", "unused", kubeconfig=control_plane.kubeconfig,
+                               direct=False)  # fmt: skip
+    assert missing.returncode == 2 and "refused (404)" in missing.stderr, missing.stderr
+    assert "--archive-service" in missing.stderr and len(missing.stderr.splitlines()) <= 2
+
+
 def test_tree_get_goals_and_evidence(control_plane: ControlPlane, namespace: str) -> None:
     def session(name: str, parent: str | None, phase: str, cost: float) -> None:
         spec: dict[str, Any] = {"agentRef": "a", "task": "t", "workspace": {"repo": "r"}}
@@ -395,12 +510,13 @@ def test_tree_get_goals_and_evidence(control_plane: ControlPlane, namespace: str
     control_plane.kubectl("patch", "evidence", "unit-aaaa", "-n", namespace,
                           "--subresource=status", "--type=merge", "-p", passed)  # fmt: skip
     goals = corral("get", "goals").stdout.splitlines()
-    assert goals[0].split() == ["NAME", "VERDICT", "WAVES", "SESSION", "AGE"]
-    assert goals[1].split()[:4] == ["green", "Pending", "1/4", "green-1"]
+    assert goals[0].split() == ["NAME", "WAVES", "MAX", "VERDICT", "SESSION", "AGE"]
+    assert goals[1].split()[:5] == ["green", "1", "4", "Pending", "green-1"]
     found = corral("get", "evidence").stdout.splitlines()
-    assert found[0].split() == ["NAME", "CHECK", "REVISION", "VERDICT", "EXIT", "AGE"]
-    assert found[1].split()[:5] == ["unit-aaaa", "unit", sha[:12], "Pass", "0"]
-    assert "https://example.invalid/r.git" in corral("get", "ev", "-o", "wide").stdout
+    assert found[0].split() == ["NAME", "REVISION", "CHECK", "VERDICT", "AGE"]
+    assert found[1].split()[:4] == ["unit-aaaa", sha, "unit", "Pass"]
+    repo = corral("get", "ev", "-o", "custom-columns=REPO:.spec.repo,EXIT:.status.exitCode")
+    assert repo.stdout.splitlines()[1].split() == ["https://example.invalid/r.git", "0"]
     bad = corral("get", "widgets")
     assert bad.returncode == 2 and "unknown kind" in bad.stderr
     broken = subprocess.run([*CORRAL, "get", "sessions", "--kubeconfig", "/nonexistent"],

@@ -1,6 +1,8 @@
 """The archive reader: people read a Session's transcript and receipts here, live or archived.
 
-A request carries the person's own bearer token. The reader asks the API server, with that
+A request carries the person's own bearer token: in `Authorization` when called directly, in
+`X-Corral-Authorization` through the API server's service proxy (which drops the caller's
+`Authorization` once it has authenticated them). The reader asks the API server, with that
 token, whether its holder may `get` the Session (a SelfSubjectAccessReview): Kubernetes RBAC
 decides, the reader holds no list of people and never widens what a token may do. Only then
 does it answer, from the live harness while the sandbox serves (the operator is the one
@@ -22,6 +24,7 @@ import httpx
 from aiohttp import web
 
 from corral_api.kinds import FINAL_PHASES
+from corral_api.wire import READER_AUTHORIZATION_HEADER
 from corral_kube import KubeError
 
 from ..driver import AnswerTooLarge, ConversationLost, WireFault
@@ -176,6 +179,21 @@ class Reader:
         return None if archived is None else dict(archived.record)
 
 
+def _person_token(request: web.Request) -> str | None:
+    """The bearer token to review: Corral's own header when sent (the API server's service
+    proxy drops `Authorization` once it has authenticated the caller), else `Authorization`.
+    Either is reviewed the same way; the proxy's own authentication of the caller widens
+    nothing."""
+    header = str(
+        request.headers.get(READER_AUTHORIZATION_HEADER)
+        or request.headers.get("Authorization")
+        or ""
+    )
+    if not header.startswith("Bearer ") or not header[7:].strip():
+        return None
+    return header[7:].strip()
+
+
 def build_app(reader: Reader) -> web.Application:
     routes = web.RouteTableDef()
 
@@ -183,10 +201,10 @@ def build_app(reader: Reader) -> web.Application:
         namespace, name = request.match_info["namespace"], request.match_info["name"]
         if not (_NAME.match(namespace) and _NAME.match(name)):
             return _error(400, "bad_name", "namespace and name must be Kubernetes object names")
-        header = request.headers.get("Authorization", "")
-        if not header.startswith("Bearer ") or not header[7:].strip():
+        token = _person_token(request)
+        if token is None:
             return _error(401, "unauthorized", "send your Kubernetes bearer token")
-        refused = await reader.allowed(header[7:].strip(), namespace, name)
+        refused = await reader.allowed(token, namespace, name)
         return refused if refused is not None else (namespace, name)
 
     base = "/v1/namespaces/{namespace}/sessions/{name}"
