@@ -112,6 +112,10 @@ async function onScreen(page, selector, what) {
     await page.locator('#stream-state[data-state="live"]').waitFor();
 
     await page.locator("#approvals form.decide input[name=reason]").fill(REASON);
+    // The page redraws its fragments every 2 s: what a person typed must outlive a redraw.
+    await page.waitForTimeout(4500);
+    check((await page.locator("#approvals form.decide input[name=reason]").inputValue()) === REASON,
+      "the typed reason outlives the page's refresh");
     await page.locator("#approvals form.decide button.approve").click();
     const decided = page.locator("#approvals .decision", { hasText: "Approved by system:serviceaccount:" });
     await decided.waitFor();

@@ -100,7 +100,7 @@
     const view = await answer.json();
     for (const [id, html] of Object.entries(view.fragments)) {
       const node = document.getElementById(id);
-      if (node && node.innerHTML !== html) node.innerHTML = html;
+      if (node && node.innerHTML !== html) replaceKeepingReasons(node, html);
     }
     wireDecisions();
     // The session ended: what the stream shows from now on is its record, not a live turn.
@@ -109,6 +109,29 @@
       streamState.dataset.state = "ended";
     }
     refreshChanges(view.delivered || "");
+  }
+
+  // A fragment is redrawn every 2 s (ages tick): a reason a person is typing into an Approval's
+  // form, and the caret in it, must survive the redraw, or the decision goes without it.
+  function replaceKeepingReasons(node, html) {
+    const typed = new Map();
+    let focused = null;
+    for (const input of node.querySelectorAll("form.decide input[name=reason]")) {
+      const key = input.form.dataset.approval;
+      if (input.value) typed.set(key, input.value);
+      if (document.activeElement === input) {
+        focused = { key, start: input.selectionStart, end: input.selectionEnd };
+      }
+    }
+    node.innerHTML = html;
+    for (const input of node.querySelectorAll("form.decide input[name=reason]")) {
+      const key = input.form.dataset.approval;
+      if (typed.has(key)) input.value = typed.get(key);
+      if (focused && focused.key === key) {
+        input.focus();
+        input.setSelectionRange(focused.start, focused.end);
+      }
+    }
   }
 
   // The Changes are read from git once per delivered revision (the server keeps them): again
