@@ -40,7 +40,8 @@ class _Connection:
 
 
 class Response:
-    """One answer: its status, then its body in full (`read`) or line by line (`lines`)."""
+    """One answer: its status, then its body in full (`read`), line by line (`lines`), or as
+    it arrives (`chunks`)."""
 
     def __init__(
         self, client: Http1Client, conn: _Connection, status: int, headers: dict[str, str]
@@ -96,6 +97,12 @@ class Response:
         parts = [piece async for piece in self._pieces()]
         self._finish()
         return b"".join(parts)
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        """The body's bytes as they arrive, in whatever pieces they come."""
+        async for piece in self._pieces():
+            yield piece
+        self._finish()
 
     async def lines(self) -> AsyncIterator[bytes]:
         """The body's lines without their newlines; a last line without one is yielded too."""

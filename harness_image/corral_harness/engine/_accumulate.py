@@ -1,7 +1,9 @@
 """Builds one assistant message from Messages-API stream events, and knows what is kept on a cut.
 
 Events come as the SDK's typed objects (the SDK adapter) or as the parsed JSON dicts of the
-stream (the lean adapter); `_get` reads a field from either, so both build the same message.
+stream (the lean adapter); `_get` reads a field from either, and `_plain` turns a part the
+harness does not interpret (a server tool's result, a citation) back into the JSON the API sent,
+so both build the same message, and the next request sends such a part back as it came.
 """
 
 from __future__ import annotations
@@ -13,12 +15,24 @@ from .seam import Usage
 
 # The key a cut-off tool call's input is kept under: what streamed of its JSON, as it streamed.
 PARTIAL_INPUT = "__partial_json__"
+# Blocks whose input streams as `input_json_delta`: the harness's tool calls, and the calls of
+# a tool the API runs itself (web search), which the harness never runs but must send back whole.
+_STREAMED_INPUT = ("tool_use", "server_tool_use")
 
 
 def _get(obj: Any, name: str) -> Any:
     if isinstance(obj, dict):
         return obj.get(name)
     return getattr(obj, name, None)
+
+
+def _plain(obj: Any) -> Any:
+    """A stream part as the API's JSON. The SDK builds its objects from that JSON without
+    validation and remembers which fields it held: dumping only those gives the JSON back,
+    its nulls and the fields the SDK has no name for included, as the lean adapter has it."""
+    if hasattr(obj, "model_dump"):
+        return obj.model_dump(mode="json", exclude_unset=True)
+    return obj
 
 
 class MessageBuilder:
@@ -71,6 +85,9 @@ class MessageBuilder:
         kind = _get(block, "type")
         if kind == "text":
             self.blocks[index] = {"type": "text", "text": _get(block, "text") or ""}
+            citations = _get(block, "citations")
+            if citations:  # usually none here: they stream as citations_delta
+                self.blocks[index]["citations"] = [_plain(c) for c in citations]
         elif kind == "thinking":
             self.blocks[index] = {
                 "type": "thinking",
@@ -88,10 +105,16 @@ class MessageBuilder:
             }
             self._json[index] = ""
             self.forwarded = True
-        elif isinstance(block, dict):
-            self.blocks[index] = {k: v for k, v in block.items() if v is not None}
-        elif hasattr(block, "model_dump"):
-            self.blocks[index] = block.model_dump(mode="json", exclude_none=True)
+        elif kind == "server_tool_use":
+            # Kept whole, its input filled as it streams. Once it streams the API has run (and
+            # charged) the tool: a retry would run it again, so it counts as forwarded.
+            self.blocks[index] = {**_plain(block), "input": {}}
+            self._json[index] = ""
+            self.forwarded = True
+        elif isinstance(kind, str):
+            # A block given whole (a server tool's result, a type newer than this code): kept
+            # verbatim, since the API wants it back as it sent it.
+            self.blocks[index] = dict(_plain(block))
         else:
             return  # not a block at all: nothing to keep
         if self.blocks[index].get("text"):
@@ -114,10 +137,14 @@ class MessageBuilder:
         elif kind == "input_json_delta":
             self._json[index] = self._json.get(index, "") + (_get(delta, "partial_json") or "")
             self.forwarded = True
+        elif kind == "citations_delta" and block["type"] == "text":
+            # One more source for the text so far; the model is sent its citations back.
+            cited = block.get("citations") or []
+            block["citations"] = [*cited, _plain(_get(delta, "citation"))]
 
     def _stop(self, index: int) -> None:
         block = self.blocks.get(index)
-        if block is not None and block["type"] == "tool_use":
+        if block is not None and block["type"] in _STREAMED_INPUT:
             raw = self._json.get(index, "")
             try:
                 parsed = json.loads(raw) if raw.strip() else {}
@@ -133,13 +160,14 @@ class MessageBuilder:
         return [
             i
             for i, block in self.blocks.items()
-            if block["type"] == "tool_use" and (i not in self._closed or i in self._unparsed)
+            if block["type"] in _STREAMED_INPUT and (i not in self._closed or i in self._unparsed)
         ]
 
     def cut_calls(self) -> set[str]:
         """The tool calls whose input never completed: the block never stopped (the answer ran
         out at max_tokens) or its JSON is not an object. They must not run (`_loop`)."""
-        return {str(self.blocks[i]["id"]) for i in self._cut_indices()}
+        cut = (self.blocks[i] for i in self._cut_indices())
+        return {str(block["id"]) for block in cut if block["type"] == "tool_use"}
 
     def message(self) -> dict[str, Any]:
         """The whole answer; a cut-off call keeps what streamed of its input, never `{}`."""

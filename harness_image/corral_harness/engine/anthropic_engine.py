@@ -4,18 +4,27 @@ This is the only module that imports the SDK. Its import is slow (ADR 0014), so 
 with CORRAL_ENGINE=sdk (`choice.py`), and then loaded in a thread after the server listens. The
 tool loop and the retry, silence and cap rules are the shared loop's (`_loop.py`); this module
 adds the transport. The SDK's own retries are off so that the loop's rule is the only one.
+
+The SDK sends the request and types each event; the stream's bytes are cut into events by the
+project's own parser (`corral_common.sse`), the one the lean adapter and the custodian read the
+same bytes with. The SDK's cutter held back an event whose blank line followed a line end of
+another kind (LF, then a lone CR) until more bytes came, and read nothing of a stream opening
+with a byte order mark; with one parser, every adapter sees the same events as they arrive.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
 import anthropic
 import httpx2  # the SDK's own HTTP client (a fork of httpx it depends on)
 from anthropic.types import RawMessageStreamEvent
+
+from corral_common.sse import Event, EventStreamParser
 
 from ._accumulate import MessageBuilder
 from ._loop import (
@@ -44,21 +53,33 @@ class _Undecodable:
         self.data = data
 
 
+async def _events(chunks: AsyncIterator[bytes]) -> AsyncIterator[Event]:
+    """The body's events as each one's blank line arrives; an event cut off before it is
+    dropped (the stream then lacks message_stop). A line or event past the parser's cap
+    raises `EventTooLarge`, a ValueError: a model error, as in the lean adapter."""
+    parser = EventStreamParser()
+    async for chunk in chunks:
+        for sse in parser.feed(chunk):
+            yield sse
+    parser.close()
+
+
 class _TolerantStream(anthropic.AsyncStream[_T]):
-    """The SDK's stream, except that an event that is not JSON (a line cut by a dropped
-    connection) comes out as `_Undecodable` instead of raising: an `error` event after it
-    still names the failure, as in the lean adapter. Errors, pings and the SDK's own decoding
-    of every other event are the SDK's."""
+    """The SDK's stream, except that its events are cut by the shared parser (`_events`), and
+    an event that is not JSON (a line cut by a dropped connection) comes out as `_Undecodable`
+    instead of raising: an `error` event after it still names the failure, as in the lean
+    adapter. The error raised for an `error` event and the typing of every other event are
+    the SDK's; events with no name ("message") and pings are skipped, as the SDK does."""
 
     async def __stream__(self) -> AsyncIterator[_T]:
         response = self.response
         try:
-            async for sse in self._iter_events():
-                if sse.event in (None, "ping"):
+            async for sse in _events(response.aiter_bytes()):
+                if sse.event in ("message", "ping"):
                     continue
                 if sse.event == "error":
                     try:
-                        body: Any = sse.json()
+                        body: Any = json.loads(sse.data)
                         message = f"{body}"
                     except ValueError:
                         body = message = sse.data
@@ -66,7 +87,7 @@ class _TolerantStream(anthropic.AsyncStream[_T]):
                 if not sse.data:
                     continue
                 try:
-                    data = sse.json()
+                    data = json.loads(sse.data)
                 except ValueError:
                     data = None
                 if not isinstance(data, dict):

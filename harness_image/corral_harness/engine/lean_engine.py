@@ -167,9 +167,9 @@ class LeanEngine(StreamingEngine):
             ):
                 if response.status != 200:
                     raise _status_failure(response.status, response.headers, await response.read())
-                await _read_stream(
-                    response.lines(), response.headers, tick, builder, split_at_lf=True
-                )
+                # As it arrives, not by lines: a stream whose lines end with a lone CR has no
+                # LF to split at, and a reader by lines would see nothing of it until its end.
+                await _read_stream(response.chunks(), response.headers, tick, builder)
         except TransportError as exc:
             raise StreamFailure(
                 "connection_error", f"model connection failed: {exc}", retryable=True
@@ -194,8 +194,9 @@ async def _read_stream(
     split_at_lf: bool = False,
 ) -> None:
     """Feed a 200 stream's events to the builder. `pieces` are the body's bytes in any
-    chunking, or, `split_at_lf`, its lines as the small client splits them (at LF, the LF
-    dropped); the parser finds every other line end (CR, CRLF) itself."""
+    chunking (both transports hand them over as they arrive), or, `split_at_lf`, its lines as
+    a transport that splits at LF hands them over (the LF dropped); the parser finds every
+    other line end (CR, CRLF) itself."""
     parser = EventStreamParser()
     feed = parser.feed_line if split_at_lf else parser.feed
     try:

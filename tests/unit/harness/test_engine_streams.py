@@ -80,7 +80,10 @@ class RawServer:
                     rest += conn.recv(65536)
                 self.bodies.append(json.loads(rest))
                 index = len(self.bodies) - 1
-                conn.sendall(self.responses[min(index, len(self.responses) - 1)])
+                self._answer(conn, self.responses[min(index, len(self.responses) - 1)])
+
+    def _answer(self, conn: socket.socket, response: bytes) -> None:
+        conn.sendall(response)
 
     def close(self) -> None:
         self.listener.close()
