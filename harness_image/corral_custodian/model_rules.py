@@ -246,7 +246,29 @@ def _source(*kinds: str) -> Check:
     return check
 
 
+def _nullable(check: Check) -> Check:
+    return lambda value: None if value is None else check(value)
+
+
+# A citation of a document the request itself carried (`citations.enabled` on a document
+# block): the model's answer holds them and the next request sends them back. Citations of
+# search results or the web come from server tools, which stay refused.
+_CITATION_FIELDS: dict[str, Check] = {
+    "type": _one_of("char_location", "page_location", "content_block_location"),
+    "cited_text": _string,
+    "document_index": _integer,
+    "document_title": _nullable(_string),
+    "file_id": _nullable(_string),
+    "start_char_index": _integer,
+    "end_char_index": _integer,
+    "start_page_number": _integer,
+    "end_page_number": _integer,
+    "start_block_index": _integer,
+    "end_block_index": _integer,
+}
+_citations = _list_of(_object(_CITATION_FIELDS, ("type", "cited_text", "document_index")))
 _TEXT = {"type": _string, "text": _string, "cache_control": _cache_control}
+_ANSWER_TEXT = {**_TEXT, "citations": _nullable(_citations)}
 _IMAGE = {"type": _string, "source": _source("base64"), "cache_control": _cache_control}
 _DOCUMENT = {
     "type": _string,
@@ -287,6 +309,7 @@ _RESULT_BLOCKS: Blocks = {
 }
 _MESSAGE_BLOCKS: Blocks = {
     **_RESULT_BLOCKS,
+    "text": (_ANSWER_TEXT, ("text",)),
     "tool_use": (
         {"type": _string, "id": _string, "name": _string, "input": _any_object,
          "cache_control": _cache_control},
