@@ -1,4 +1,5 @@
-"""`corral-operator`: the kopf operator for Corral's kinds, standalone, with a liveness probe."""
+"""`corral-operator`: the kopf operator for Corral's kinds, with a liveness probe; alone, or one
+of several replicas of which the one holding a Lease leads (`--leader-elect-lease`, ADR 0103)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import ipaddress
 import logging
 import os
 import re
+import secrets
+import socket
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -30,6 +33,7 @@ from .kopfext.diffbase import (
     essence_needed,
 )
 from .kube import Kube, object_path
+from .leadership import LeaseElector, LeaseTerms, parse_lease
 from .metrics import parse_address
 from .runtime import Runtime
 from .session.wiretoken import read_wire_token
@@ -40,6 +44,9 @@ from .settings import (
     OperatorSettings,
     gateway_from_service,
 )
+from .standby import StandbyServing, stand_by
+
+log = logging.getLogger("corral.operator")
 
 _SETTINGS = OperatorSettings()
 _KUBECONFIG: str | None = None
@@ -47,6 +54,19 @@ _ARCHIVE_LISTEN: tuple[str, int] | None = None
 _METRICS_ADDR = ""
 _GATEWAY_SERVICE: tuple[str, str] | None = None
 _BINDING_KEY: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Election:
+    """The Lease this replica leads by, and as whom."""
+
+    namespace: str
+    name: str
+    identity: str
+    terms: LeaseTerms
+
+
+_ELECTION: Election | None = None
 
 
 def _egress(text: str) -> EgressTarget:
@@ -173,6 +193,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     _add_local_repo_args(parser, defaults)
     _add_archive_args(parser, defaults)
     _add_serving_args(parser)
+    _add_leader_args(parser)
     _add_logging_args(parser)
     args = parser.parse_args(argv)
     _check_args(parser, args)
@@ -374,6 +395,53 @@ def _add_serving_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_leader_args(parser: argparse.ArgumentParser) -> None:
+    """Leader election, for more than one replica (ADR 0103); the flags' names are
+    kube-controller-manager's."""
+    d = LeaseTerms()
+    parser.add_argument(
+        "--leader-elect-lease",
+        type=_lease,
+        default=None,
+        metavar="NAMESPACE/NAME",
+        help="lead only while holding this coordination.k8s.io Lease (a standby serves "
+        "liveness, metrics, the console and the archive reader meanwhile); unset: lead alone",
+    )
+    parser.add_argument(
+        "--leader-elect-identity",
+        default=os.environ.get("POD_NAME") or socket.gethostname(),
+        help="this replica's name in the Lease (a random suffix is added: a restarted "
+        "replica is a new candidate)",
+    )
+    for flag, default, what in (
+        ("--leader-elect-lease-duration", d.duration, "how long a Lease holds unrenewed"),
+        ("--leader-elect-renew-deadline", d.renew_deadline, "how long a leader tries to renew"),
+        ("--leader-elect-retry-period", d.retry_period, "how often a replica tries"),
+    ):
+        parser.add_argument(flag, type=float, default=default, metavar="SECONDS",
+                            help=f"{what} (default {default:g})")  # fmt: skip
+
+
+def _lease(text: str) -> tuple[str, str]:
+    try:
+        return parse_lease(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _election(args: argparse.Namespace) -> Election | None:
+    if args.leader_elect_lease is None:
+        return None
+    terms = LeaseTerms(
+        duration=args.leader_elect_lease_duration,
+        renew_deadline=args.leader_elect_renew_deadline,
+        retry_period=args.leader_elect_retry_period,
+    )
+    namespace, name = args.leader_elect_lease
+    identity = f"{args.leader_elect_identity}_{secrets.token_hex(4)}"
+    return Election(namespace, name, identity, terms)
+
+
 def _add_logging_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-format",
@@ -402,6 +470,15 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         parser.error("--harness-uid, --tools-uid and --custodian-uid must be three different uids")
     if args.fs_group in uids:
         parser.error("--fs-group must be a group of its own, not one of the three uids")
+    if args.leader_elect_lease is not None:
+        try:
+            LeaseTerms(
+                args.leader_elect_lease_duration,
+                args.leader_elect_renew_deadline,
+                args.leader_elect_retry_period,
+            )
+        except ValueError as e:
+            parser.error(str(e))
     if args.archive_s3_endpoint:
         if args.archive_dir:
             parser.error("give --archive-dir or --archive-s3-endpoint, not both")
@@ -520,6 +597,9 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None
         _SETTINGS = dataclasses.replace(_SETTINGS, egress_gateway=gateway)
     memo.runtime = Runtime(kube=kube, settings=_SETTINGS)
     memo.runtime.metrics.write_slots = kube.write_slots
+    if _ELECTION is not None:
+        await _hold_leadership(memo, _ELECTION)
+    memo.runtime.metrics.leader.labels(_ELECTION.identity if _ELECTION else "").set(1)
     memo.runtime.archive = archive_store(_SETTINGS)
     if _ARCHIVE_LISTEN is not None:
         memo.archive_reader = await _start_archive_reader(memo.runtime, *_ARCHIVE_LISTEN)
@@ -530,6 +610,26 @@ async def _startup(settings: kopf.OperatorSettings, memo: Any, **_: Any) -> None
         memo.egress_poll = asyncio.create_task(
             poll_forever(kube, _SETTINGS.egress_gateway, memo.runtime.egress, memo.runtime.wake)
         )
+
+
+async def _hold_leadership(memo: Any, election: Election) -> None:
+    """Renew the Lease this replica took before kopf started, on a client of its own (never
+    behind the operator's write slots), for as long as kopf runs."""
+    memo.lease_kube = await Kube.connect(_KUBECONFIG)
+    memo.elector = LeaseElector(
+        memo.lease_kube.client, election.namespace, election.name, election.identity,
+        election.terms,
+    )  # fmt: skip
+    memo.leadership = asyncio.create_task(memo.elector.hold(_lost_leadership))
+
+
+def _lost_leadership(why: str) -> None:
+    """Another replica may lead from now on: stop at once, mid-handler or not, so that two
+    never drive one Session. The Deployment starts this replica again, as a standby."""
+    log.error("leader election: %s stops leading: %s", _ELECTION and _ELECTION.identity, why)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(1)
 
 
 async def _start_archive_reader(runtime: Runtime, host: str, port: int) -> RunningReader:
@@ -573,11 +673,19 @@ async def _cleanup(memo: Any, **_: Any) -> None:
         await runtime.kube.close()
         await runtime.wire_transport.close_pool()
         runtime.metrics.close()
+    leadership = getattr(memo, "leadership", None)
+    if leadership is not None:
+        # Every handler has stopped (kopf runs the cleanup last): the standby may lead now.
+        leadership.cancel()
+        await memo.elector.release()
+        await memo.lease_kube.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     global _SETTINGS, _KUBECONFIG, _METRICS_ADDR, _ARCHIVE_LISTEN, _GATEWAY_SERVICE, _BINDING_KEY
+    global _ELECTION
     args = parse_args(argv)
+    _ELECTION = _election(args)
     _SETTINGS = settings_from(args)
     _KUBECONFIG = args.kubeconfig
     _METRICS_ADDR = args.metrics_addr
@@ -616,6 +724,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not collector.acyclic_kopf_bodies():  # an event's body freed when dropped (ADR 0091)
         logging.getLogger(__name__).warning("kopf's Body is of an unknown shape: left as is")
     collector.tune()  # after every import, before the first watch (ADR 0090)
+    if _ELECTION is not None:
+        _wait_for_leadership(args, _ELECTION)
     kopf.run(
         standalone=True,
         clusterwide=args.all_namespaces,
@@ -624,6 +734,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         memo=kopf.Memo(),
     )
     return 0
+
+
+def _wait_for_leadership(args: argparse.Namespace, election: Election) -> None:
+    """Stand by, serving what every replica serves, until this replica holds the Lease."""
+    serving = StandbyServing(
+        liveness=args.liveness or "",
+        metrics_addr=args.metrics_addr,
+        archive_listen=args.archive_listen,
+        kubeconfig=args.kubeconfig,
+        archive=archive_store(_SETTINGS),
+        harness_port=_SETTINGS.harness_port,
+        max_history_bytes=_SETTINGS.max_history_bytes,
+    )
+
+    async def wait() -> float:
+        kube = await Kube.connect(args.kubeconfig)
+        try:
+            elector = LeaseElector(
+                kube.client, election.namespace, election.name, election.identity,
+                election.terms,
+            )  # fmt: skip
+            return await stand_by(elector, serving)
+        finally:
+            await kube.close()
+
+    waited = asyncio.run(wait())
+    log.info("leader election: %s leads after %.1f s as a standby", election.identity, waited)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, get_args
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -29,6 +29,8 @@ from corral_api.kinds import SessionPhase, Usage
 from .kopfext.collector import PAUSES
 
 PHASES: tuple[str, ...] = get_args(SessionPhase)
+LEADER_METRIC = "corral_operator_leader"
+LEADER_HELP = "1 on the replica that leads (drives Sessions), 0 on a standby (ADR 0103)."
 # Reconcile passes take milliseconds; a pass that reads many children or Freezes, seconds.
 _RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 # An admission is one wire call; the first admission after `kubectl apply` includes the pod.
@@ -129,6 +131,8 @@ class OperatorMetrics:
         # The API adapter's write slots, (waiting, sending), once the operator has connected.
         self.write_slots: Callable[[], tuple[int, int]] | None = None
         r.register(_StateCollector(self))
+        # This replica leads whenever these metrics are served (a standby serves its own).
+        self.leader = Gauge(LEADER_METRIC, LEADER_HELP, ["identity"], registry=r)
         self.settlements = Counter(
             "corral_turn_settlements",
             "Turns settled, by namespace, Agent and settlement status.",

@@ -141,8 +141,10 @@ def test_every_workload_takes_its_placement_pull_secrets_and_pod_metadata() -> N
     # None of it set: the defaults, and no empty keys.
     plain = workloads(rendered(WATCH))
     operator = plain["corral-operator"]
-    for key in ("imagePullSecrets", "nodeSelector", "tolerations", "affinity", "priorityClassName"):
+    for key in ("imagePullSecrets", "nodeSelector", "tolerations", "priorityClassName"):
         assert key not in operator["spec"], key
+    # The operator's own default affinity: its replicas beside the archive's claim (below).
+    assert set(operator["spec"]["affinity"]) == {"podAffinity"}
     assert operator["metadata"] == {"labels": OPERATOR_SELECTOR}
     gateway = plain["corral-egress-gateway"]["spec"]
     assert "podAntiAffinity" in gateway["affinity"]
@@ -175,11 +177,34 @@ def test_every_container_has_resources_and_the_operator_a_readiness_probe() -> N
     assert {"name": "archive", "mountPath": "/var/lib/corral/archive"} in container["volumeMounts"]
 
 
-def test_more_than_one_operator_is_refused_saying_why_in_the_values() -> None:
-    done = helm_template(WATCH, 'operator={"replicas": 2}')
-    assert done.returncode != 0 and "/operator/replicas" in done.stderr, done.stderr
-    values = (CHART / "values.yaml").read_text()
-    assert "no leader election yet" in values
+def test_two_operators_elect_a_leader_by_a_lease_they_alone_may_write() -> None:
+    docs = rendered(WATCH)
+    deployment = named(docs, "Deployment", "corral-operator")
+    assert deployment["spec"]["replicas"] == 2
+    # A rollout starts the new replica (a standby) before it stops the old (the leader).
+    assert deployment["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert "--leader-elect-lease=corral-system/corral-operator" in container["args"]
+    assert {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}} in (
+        container["env"]
+    )
+    # The archive's claim is ReadWriteOnce: the replicas share its node...
+    (term,) = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    # ...while with the S3 archive they spread.
+    s3 = rendered(WATCH, 'archive.s3={"endpoint": "https://s3.example", "bucket": "audit", '
+                  '"credentialsSecret": "keys"}')  # fmt: skip
+    spread = named(s3, "Deployment", "corral-operator")["spec"]["template"]["spec"]["affinity"]
+    assert set(spread) == {"podAntiAffinity"}
+    # The Lease's rights: create (no name can be given yet), get and update of that one only.
+    role = named(docs, "Role", "corral-operator-leader")
+    assert role["metadata"]["namespace"] == "corral-system"
+    assert {tuple(r["verbs"]): r.get("resourceNames") for r in role["rules"]} == {
+        ("create",): None,
+        ("get", "update"): ["corral-operator"],
+    }
+    assert helm_template(WATCH, 'operator={"replicas": -1}').returncode != 0
 
 
 def test_sandbox_pull_secrets_go_on_the_sandbox_service_account() -> None:
