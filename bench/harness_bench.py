@@ -116,6 +116,7 @@ def start_harness(
     durable: bool = True,
     exec_socket: Path | None = None,
     baseline: Path | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen[bytes], str, float]:
     port = free_port()
     env = _clean_env()
@@ -125,6 +126,7 @@ def start_harness(
         CORRAL_GRANTED_ROOT=str(root),
         ANTHROPIC_BASE_URL=model_url,
         CORRAL_DURABLE="1" if durable else "0",
+        **(extra_env or {}),
     )
     if exec_socket is not None:
         env["CORRAL_EXEC_SOCKET"] = str(exec_socket)

@@ -39,6 +39,40 @@ def tool_results(requests: list[dict[str, Any]]) -> list[str]:
     return out
 
 
+def unmarked(value: Any) -> Any:
+    """`value` without the prompt-cache markers (`cache_control`) a request carries: what the
+    transcript holds, for comparing a request with it."""
+    if isinstance(value, list):
+        return [unmarked(v) for v in value]
+    if isinstance(value, dict):
+        return {k: unmarked(v) for k, v in value.items() if k != "cache_control"}
+    return value
+
+
+def marked_paths(body: dict[str, Any]) -> list[str]:
+    """Where a request carries prompt-cache markers, as paths (`tools[5]`, `system[0]`,
+    `messages[2].content[0]`), in the order the provider reads them."""
+    found = [f"tools[{i}]" for i, t in enumerate(body.get("tools") or []) if "cache_control" in t]
+    system = body.get("system")
+    blocks = system if isinstance(system, list) else []
+    found += [f"system[{i}]" for i, b in enumerate(blocks) if "cache_control" in b]
+    for m, message in enumerate(body.get("messages") or []):
+        content = message.get("content")
+        for b, block in enumerate(content if isinstance(content, list) else []):
+            if "cache_control" in block:
+                found.append(f"messages[{m}].content[{b}]")
+    return found
+
+
+def system_text(body: dict[str, Any]) -> str:
+    """A request's system prompt as one text: the harness sends it as text blocks (its stable
+    parts marked for the prompt cache), joined here as the harness splits it."""
+    system = body.get("system") or ""
+    if isinstance(system, list):
+        return "\n\n".join(str(b.get("text", "")) for b in system if isinstance(b, dict))
+    return str(system)
+
+
 @dataclass(frozen=True)
 class ScriptedServer:
     """The scripted model served on loopback from this process: its address, the model behind
@@ -57,9 +91,10 @@ class ScriptedServer:
         return [r for r in found if conversation is None or r["conversation"] == conversation]
 
     def reset(self) -> None:
-        """As a new model: no script, no replies given, no requests."""
+        """As a new model: no script, no replies given, no requests, nothing cached."""
         self.model.set_script(Script(), merge=False)
         self.model.requests.clear()
+        self.model.cache.clear()
 
 
 @contextmanager

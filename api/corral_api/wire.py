@@ -8,9 +8,17 @@ Endpoints, relative to `http://<podIP>:8080`:
     POST /agents/{agent}/{conversation}/abort           AbortRequest  -> AbortResponse
     POST /agents/{agent}/{conversation}/end             EndRequest    -> EndResponse
     POST /agents/{agent}/{conversation}/steer           SteerRequest  -> SteerResponse
+    GET  /agents/{agent}/{conversation}/log?from=N      -> ndjson log records, LOG_NEXT_HEADER
+    PUT  /agents/{agent}/{conversation}/log             ndjson log records -> 201 LogRestored
     GET  /readyz                                                       -> 200 once serving
 
 Errors are 4xx/5xx with an `ErrorBody`.
+
+The log endpoints carry a conversation across the loss of its pod (issue 27): the operator
+reads the durable log from record N as the conversation goes, and restores it, once, into the
+new pod's harness (409 `conversation_exists` when that harness holds the conversation already;
+400 `bad_request` naming the line of a record that cannot be replayed; 413 `too_large`). What
+was in flight settles `failed` with `sandbox_lost`, at the next offset.
 
 The custodian's operator port (`http://<podIP>:8082`, opened by the NetworkPolicy to the
 operator only, and answering only the wire token) serves the custodian's own record:
@@ -168,7 +176,7 @@ TurnOutcome = Literal["success", "partial", "abstain", "handed_to_human"]
 
 
 class TokensByLayer(WireModel):
-    """Tokens (input + output) each layer of the turn spent."""
+    """Tokens (input + output + cache writes) each layer of the turn spent."""
 
     classifier: int = Field(default=0, ge=0)
     planner: int = Field(default=0, ge=0)
@@ -193,6 +201,11 @@ class TurnReceipt(WireModel):
     steps: int = Field(ge=0, description="Tool calls started (what the runaway watch counts).")
     contextTokens: dict[str, int] = Field(
         default_factory=dict, description="The last context assembly's tokens per layer."
+    )
+    usage: WireUsage | None = Field(
+        default=None,
+        description="The settlement's usage (input, output, cache-read and cache-write tokens, "
+        "cost); absent when the model never answered.",
     )
 
 
@@ -414,3 +427,23 @@ class CustodianAdoptRequest(WireModel):
 class AdoptResponse(WireModel):
     adopted: bool
     seconds: float = Field(ge=0, description="Time the adoption took inside the pod.")
+
+
+# ------------------------------------------------------------------------------ log and restore
+
+# `GET .../log?from=N` answers records N.. of the conversation's durable log as ndjson (one
+# JSON record a line: `sub`, `ev`, `tx`; only records known on disk) with this header naming the
+# index the next read starts from. `PUT .../log` takes the records of such reads, concatenated.
+LOG_NEXT_HEADER = "Corral-Log-Next"
+LOG_CONTENT_TYPE = "application/x-ndjson"
+
+
+class LogRestored(WireModel):
+    """`PUT .../log` (201): the conversation was rebuilt from the records sent."""
+
+    restored: bool
+    records: int = Field(ge=0, description="Log records written and replayed.")
+    events: int = Field(ge=0, description="Events replayed (offsets as they were).")
+    interrupted: list[str] = Field(
+        description="Submissions that were in flight, settled `failed` with `sandbox_lost`."
+    )

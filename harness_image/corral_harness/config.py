@@ -62,6 +62,8 @@ class HarnessConfig:
     bash_timeout_seconds: float = 120.0
     durable: bool = True  # fsync every record of the conversation log
     engine: str = "lean"  # CORRAL_ENGINE: `lean` (httpx) or `sdk` (the official SDK)
+    # CORRAL_CACHE_BREAKPOINTS: mark stable prefixes for the prompt cache (0: the bench's "without")
+    cache_breakpoints: bool = True
 
     def custodian_credential(self) -> str | None:
         """The credential's text, read once at start; an empty file is a configuration error."""
@@ -117,4 +119,5 @@ class HarnessConfig:
             bash_timeout_seconds=_float(env, "CORRAL_BASH_TIMEOUT_SECONDS", 120.0),
             durable=_flag(env, "CORRAL_DURABLE", True),
             engine=engine,
+            cache_breakpoints=_flag(env, "CORRAL_CACHE_BREAKPOINTS", True),
         )

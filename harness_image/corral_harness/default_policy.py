@@ -43,7 +43,9 @@ class DefaultPolicy:
         system = ctx.agent.identity
         if ctx.agent.instructions:
             system = f"{system}\n\n{ctx.agent.instructions}"
-        return ModelRequestPlan(system=system, messages=transcript)
+        # Both come from the Agent and stay the same call after call: each a cached prefix.
+        stable = tuple(part for part in (ctx.agent.identity, ctx.agent.instructions) if part)
+        return ModelRequestPlan(system=system, messages=transcript, stable_system=stable)
 
     async def after_tool(
         self, ctx: TurnContext, call: ToolCall, result: str, is_error: bool

@@ -32,10 +32,7 @@ REACTIVE: Final = "reactive"
 
 class _Tokens(Protocol):
     @property
-    def input(self) -> int: ...
-
-    @property
-    def output(self) -> int: ...
+    def tokens(self) -> int: ...  # input + output + cache writes (engine.seam.Usage)
 
 
 @dataclass(frozen=True)
@@ -73,10 +70,11 @@ class TurnLedger:
         self._loop("phase", name)
 
     def add_tokens(self, layer: Layer, usage: _Tokens | int) -> None:
-        """Tokens spent by one model call of `layer` (input + output; an int is taken as is)."""
+        """Tokens spent by one model call of `layer` (input + output + cache writes, as the
+        budget counts them; an int is taken as is)."""
         if layer not in LAYERS:
             raise LedgerError(f"unknown token layer {layer!r}; one of {', '.join(LAYERS)}")
-        spent = usage if isinstance(usage, int) else usage.input + usage.output
+        spent = usage if isinstance(usage, int) else usage.tokens
         self._loop("tokens", spent, layer)
 
     def set_outcome(self, outcome: Outcome) -> None:

@@ -85,6 +85,9 @@ class ModelRequestPlan:
     # A compaction summary to write back into the transcript as its own marked entry.
     compaction: dict[str, Any] | None = None
     layer_tokens: dict[str, int] = field(default_factory=dict)
+    # The leading parts of `system` (joined by blank lines) that stay the same call after call
+    # (the identity, the instruction files): the request marks each for the prompt cache.
+    stable_system: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -167,7 +167,11 @@ class _Run:
             # Every generation is told the answer's shape; never written to the transcript.
             system = system + "\n\n" + schema_instruction(self.sub.output_schema)
         self.trace.model_call(self.steps)
-        return RequestPlan(system=system, messages=for_provider(plan.messages))
+        return RequestPlan(
+            system=system,
+            messages=for_provider(plan.messages),
+            stable_system=plan.stable_system,
+        )
 
     # --------------------------------------------------------------------------- steering
 
@@ -281,7 +285,7 @@ class _Run:
         if event.usage is not None:
             self.usage = _add(self.usage, event.usage)
             usage = self._usage_fields(event.usage)
-            self.tokens += event.usage.input + event.usage.output
+            self.tokens += event.usage.tokens
             self.ledger.add_tokens(self.token_layer, event.usage)
             self.trace.model_done(event.usage.input, event.usage.output, event.stop_reason)
             metrics.TOKENS.labels("input").inc(event.usage.input)
@@ -413,7 +417,7 @@ class _Run:
         """A side call's model answer (the classifier, the planner): the submission's usage and
         the ledger's layer, never the transcript."""
         self.usage = _add(self.usage, usage)
-        self.tokens += usage.input + usage.output
+        self.tokens += usage.tokens
         self.ledger.add_tokens(layer, usage)  # type: ignore[arg-type]
 
     def _settle_now(self, status: SettlementStatus, error: dict[str, str] | None) -> None:
@@ -426,6 +430,8 @@ class _Run:
             "thinkingLevel": self.ctx.thinking_level,
             "steps": self.steps,
             "contextTokens": self.layer_tokens,
+            # As the settlement's: the cache reads and writes show what the prompt cache saved.
+            "usage": self.settlement_usage(),
         }
         self.trace.end(
             status,

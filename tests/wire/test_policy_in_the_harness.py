@@ -5,6 +5,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tests._scripted import system_text
+
 from ._rig import AGENT, Harness, MenuStandIn, Model
 
 
@@ -20,7 +22,7 @@ def test_agents_md_reaches_the_system_prompt_deepest_last(
     (harness.root / "pkg" / "AGENTS.md").write_text("DEEP-RULE: use spaces\n")
     model.script(conv, ["ok"])
     harness.wait_settled(conv, harness.admit(conv)["submissionId"])
-    system = model.requests(conv)[0]["system"]
+    system = system_text(model.requests(conv)[0])
     assert system.index("ROOT-RULE") < system.index("DEEP-RULE") < system.index("Be brief.")
 
 

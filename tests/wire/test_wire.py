@@ -7,6 +7,8 @@ import time
 import httpx
 import pytest
 
+from tests._scripted import system_text, unmarked
+
 from ._rig import AGENT, Harness, Model
 
 pytestmark = pytest.mark.timeout(60)
@@ -144,6 +146,8 @@ def test_admission_carries_the_conversation_id_to_the_model(
     (request,) = model.requests(conv)
     assert request["metadata"]["user_id"] == conv
     # The assembled context: identity first, the Agent's instructions in their own layer.
-    system = request["system"]
+    system = system_text(request)
     assert system.index("You are a test agent.") < system.index("Be brief.")
-    assert request["messages"] == [{"role": "user", "content": [{"type": "text", "text": "go"}]}]
+    assert unmarked(request["messages"]) == [
+        {"role": "user", "content": [{"type": "text", "text": "go"}]}
+    ]

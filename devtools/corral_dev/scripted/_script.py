@@ -230,8 +230,7 @@ def check_holds(when: dict[str, str], body: dict[str, Any]) -> str | None:
         elif key == "last_user_contains":
             got = " ".join(b.get("text", "") for b in blocks if b.get("type") == "text")
         elif key == "system_contains":
-            system = body.get("system") or ""
-            got = system if isinstance(system, str) else json.dumps(system)
+            got = _system_text(body.get("system") or "")
         elif key == "tools_include":
             got = " ".join(t.get("name", "") for t in body.get("tools") or [])
             if want not in got.split():
@@ -242,3 +241,13 @@ def check_holds(when: dict[str, str], body: dict[str, Any]) -> str | None:
         if want not in got:
             return f"{key} {want!r}: got {got[:300]!r}"
     return None
+
+
+def _system_text(system: Any) -> str:
+    """The system prompt's text: a string, or its text blocks joined as the harness splits them
+    (a prompt sent as blocks for the prompt cache reads as the string it was)."""
+    if isinstance(system, str):
+        return system
+    if isinstance(system, list):
+        return "\n\n".join(str(b.get("text", "")) for b in system if isinstance(b, dict))
+    return json.dumps(system)

@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from ..ports import free_port
+from ._cache import PrefixBlock, PromptCache, TooManyBreakpoints, prefix_blocks
 from ._script import Fault, Reply, Script, ScriptError, check_holds, parse_script
 
 _TEXT_CHUNK = 24  # characters per text_delta, so a cut can land inside a text block
@@ -32,11 +33,14 @@ class ScriptedModel:
         self.requests: list[dict[str, Any]] = []
         self._cursor: dict[str, int] = {}
         self._lock = threading.Lock()
+        # What requests to this server wrote to the prompt cache (usage as the provider bills).
+        self.cache = PromptCache()
         self.app = Starlette(
             routes=[
                 Route("/v1/messages", self._messages, methods=["POST"]),
                 Route("/_requests", self._requests, methods=["GET", "DELETE"]),
                 Route("/_script", self._set_script, methods=["POST"]),
+                Route("/_cache", self._clear_cache, methods=["DELETE"]),
                 Route("/readyz", self._ready, methods=["GET"]),
             ]
         )
@@ -75,6 +79,10 @@ class ScriptedModel:
         found = [r for r in self.requests if conv is None or r["conversation"] == conv]
         return JSONResponse(found)
 
+    async def _clear_cache(self, request: Request) -> Response:
+        self.cache.clear()  # as after five idle minutes: every prefix is written afresh
+        return JSONResponse({"cleared": True})
+
     async def _set_script(self, request: Request) -> Response:
         try:
             script = parse_script(await request.json())
@@ -110,9 +118,14 @@ class ScriptedModel:
                 },
             }
         )
+        record = self.requests[-1]  # its usage is added once the reply is made
         problem = _orphans(body["messages"])
         if problem:
             return _error(400, "invalid_request_error", problem)
+        try:
+            blocks = prefix_blocks(body)
+        except TooManyBreakpoints as exc:
+            return _error(400, "invalid_request_error", str(exc))
         reply = self._next_reply(conversation)
         if reply is None:
             reply = Reply(content=[{"type": "text", "text": EXHAUSTED}])
@@ -127,7 +140,8 @@ class ScriptedModel:
         fault = reply.fault
         if fault and fault.status is not None:
             return _error(fault.status, fault.error_type, fault.message)
-        message = _materialise(reply, body)
+        message = _materialise(reply, body, self.cache, blocks)
+        record["usage"] = message["usage"]  # as billed: tests and benches read it here
         if not body.get("stream"):
             return JSONResponse(message)
         return StreamingResponse(_stream(message, reply, fault), media_type="text/event-stream")
@@ -164,7 +178,24 @@ def _estimate_tokens(value: Any) -> int:
     return max(1, len(json.dumps(value)) // 4)
 
 
-def _materialise(reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
+# The usage fields of the prompt's side: a script that names one of them names them all.
+_INPUT_SIDE = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+
+
+def _usage(
+    reply: Reply, content: list[dict[str, Any]], cache: PromptCache, blocks: list[PrefixBlock]
+) -> dict[str, int]:
+    """The estimate (the prompt cache's split of the input), then what the script says."""
+    usage = {**cache.usage(blocks), "output_tokens": _estimate_tokens(content)}
+    if any(key in reply.usage for key in _INPUT_SIDE):
+        usage.update(dict.fromkeys(_INPUT_SIDE, 0))
+    usage.update(reply.usage)
+    return usage
+
+
+def _materialise(
+    reply: Reply, body: dict[str, Any], cache: PromptCache, blocks: list[PrefixBlock]
+) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     for block in reply.content:
         block = dict(block)
@@ -173,13 +204,7 @@ def _materialise(reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
         if block["type"] == "thinking":
             block.setdefault("signature", "scripted-signature")
         content.append(block)
-    usage = {
-        "input_tokens": _estimate_tokens([body.get("system"), body.get("messages")]),
-        "output_tokens": _estimate_tokens(content),
-        "cache_read_input_tokens": 0,
-        "cache_creation_input_tokens": 0,
-    }
-    usage.update(reply.usage)
+    usage = _usage(reply, content, cache, blocks)
     return {
         "id": f"msg_{uuid.uuid4().hex[:24]}",
         "type": "message",

@@ -6,7 +6,7 @@ It opens nothing (no session, no files, no memory store); the caller collects th
 from __future__ import annotations
 
 import functools
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -66,6 +66,8 @@ class AssembledContext:
     tokens: int
     estimated: bool
     kept_units: dict[str, list[Unit]] = field(default_factory=dict)
+    # Each non-empty layer's section of the prompt, in the prompt's order (by layer name).
+    sections: dict[str, str] = field(default_factory=dict)
 
     def layer(self, name: LayerName | str) -> LayerReport:
         key = name.value if isinstance(name, LayerName) else name
@@ -73,6 +75,16 @@ class AssembledContext:
 
     def layer_tokens(self) -> dict[str, int]:
         return {r.name: r.tokens for r in self.layers}
+
+    def leading_sections(self, layers: Collection[str]) -> tuple[str, ...]:
+        """The prompt's first sections while their layers are among `layers`: joined by blank
+        lines they start the prompt (the parts a request marks for the prompt cache)."""
+        leading: list[str] = []
+        for name, section in self.sections.items():
+            if name not in layers:
+                break
+            leading.append(section)
+        return tuple(leading)
 
 
 def _section(name: str, body: str) -> str:
@@ -167,7 +179,7 @@ def assemble(
     chosen = {**DEFAULT_STRATEGIES, **(strategies or {})}
     reports: list[LayerReport] = []
     kept_units: dict[str, list[Unit]] = {}
-    sections: list[str] = []
+    sections: dict[str, str] = {}
     for name in LAYER_ORDER:
         report, kept = trim_layer(
             name, contents.get(name, ()), budgets[name], chosen[name], tokenizer
@@ -175,12 +187,13 @@ def assemble(
         reports.append(report)
         kept_units[name.value] = kept
         if report.text:
-            sections.append(_section(name.value, report.text))
-    prompt = "\n\n".join(sections)
+            sections[name.value] = _section(name.value, report.text)
+    prompt = "\n\n".join(sections.values())
     return AssembledContext(
         layers=reports,
         prompt=prompt,
         tokens=tokenizer.count(prompt),
         estimated=tokenizer.estimated,
         kept_units=kept_units,
+        sections=sections,
     )

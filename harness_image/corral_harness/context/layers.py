@@ -25,6 +25,10 @@ class Strategy(StrEnum):
 # Assembly order is this tuple's order.
 LAYER_ORDER: Final = tuple(LayerName)
 
+# The leading layers that stay the same step after step (the Agent's identity, its instruction
+# files): a request marks where each ends for the provider's prompt cache (engine/caching.py).
+STABLE_LAYERS: Final = frozenset({LayerName.IDENTITY, LayerName.INSTRUCTION_FILES})
+
 DEFAULT_STRATEGIES: Final[dict[LayerName, Strategy]] = {
     # Half an identity is useless.
     LayerName.IDENTITY: Strategy.KEEP_OR_DROP,

@@ -6,7 +6,8 @@ partial message on a cut or a failure) and the provider-call rules: a call is re
 to the turn, and a budget refusal never; a silent stream (default 120 s) and a stream past its
 cap (default 300 s) fail without retry. A `pause_turn` answer is sent back for the model to go
 on; a tool call whose input was cut off (max_tokens) is answered as not run, never run with a
-guessed input. An adapter implements `_stream_once`:
+guessed input. Every request marks its stable prefixes for the provider's prompt cache
+(`caching.py`) unless the settings say not to. An adapter implements `_stream_once`:
 send one request, feed every stream event to the builder, and raise `StreamFailure` with the
 error type and whether a retry may help. Both adapters (`anthropic_engine`, `lean_engine`) are
 held to the same conformance tests.
@@ -28,6 +29,7 @@ from ..ports import ToolCall
 from ..telemetry import RUN_ID_HEADER
 from ..tools import ToolResult
 from ._accumulate import MessageBuilder
+from .caching import with_breakpoints
 from .messages import tool_result_block, tool_results_message, user_text
 from .schema import check_arguments
 from .seam import (
@@ -38,6 +40,7 @@ from .seam import (
     EngineTool,
     Listener,
     MessageEnd,
+    RequestPlan,
     StepBoundary,
     StopRun,
     ToolEnd,
@@ -65,6 +68,7 @@ class EngineSettings:
     backoff_seconds: float = 1.0
     idle_seconds: float = 120.0
     stream_cap_seconds: float = 300.0
+    cache_breakpoints: bool = True  # mark stable prefixes for the prompt cache (`caching.py`)
 
 
 class StreamFailure(Exception):
@@ -166,9 +170,16 @@ async def stream_clock(settings: EngineSettings) -> AsyncIterator[Any]:
 
 
 def request_params(
-    job: EngineJob, tools: dict[str, EngineTool], system: str, messages: list[dict[str, Any]]
+    job: EngineJob,
+    tools: dict[str, EngineTool],
+    system: str,
+    messages: list[dict[str, Any]],
+    *,
+    stable_system: tuple[str, ...] = (),
+    breakpoints: bool = False,
 ) -> dict[str, Any]:
-    """The Messages API request body of one generation."""
+    """The Messages API request body of one generation; with `breakpoints`, its stable
+    prefixes marked for the prompt cache."""
     params: dict[str, Any] = {
         "model": job.model.name,
         "max_tokens": job.max_output_tokens,
@@ -188,7 +199,7 @@ def request_params(
             }
             for t in tools.values()
         ]
-    return params
+    return with_breakpoints(params, stable_system) if breakpoints else params
 
 
 class StreamingEngine:
@@ -238,7 +249,7 @@ class StreamingEngine:
                     "failed", EngineError(stop.error_type, stop.reason), steps=step
                 )
             try:
-                builder = await self._generate(job, tools, plan.system, plan.messages)
+                builder = await self._generate(job, tools, plan)
             except _Cut as cut:
                 partial = cut.builder.partial_message()
                 await listener(MessageEnd(partial, "aborted", cut.builder.final_usage()))
@@ -307,13 +318,16 @@ class StreamingEngine:
             self._inflight = None
 
     async def _generate(
-        self,
-        job: EngineJob,
-        tools: dict[str, EngineTool],
-        system: str,
-        messages: list[dict[str, Any]],
+        self, job: EngineJob, tools: dict[str, EngineTool], plan: RequestPlan
     ) -> MessageBuilder:
-        params = request_params(job, tools, system, messages)
+        params = request_params(
+            job,
+            tools,
+            plan.system,
+            plan.messages,
+            stable_system=plan.stable_system,
+            breakpoints=self.settings.cache_breakpoints,
+        )
         attempt = 0
         while True:
             # An abort that came while the request was prepared (the hooks await, and nothing

@@ -42,6 +42,7 @@ def engine_loader(config: HarnessConfig) -> Callable[[], Awaitable[EngineAdapter
         backoff_seconds=config.retry_backoff_seconds,
         idle_seconds=config.stream_idle_seconds,
         stream_cap_seconds=config.stream_cap_seconds,
+        cache_breakpoints=config.cache_breakpoints,
         **({"api_key": credential} if (credential := config.custodian_credential()) else {}),
     )
 

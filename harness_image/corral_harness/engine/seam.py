@@ -71,6 +71,12 @@ class Usage:
     cache_read: int = 0
     cache_write: int = 0
 
+    @property
+    def tokens(self) -> int:
+        """What the runaway watch and the ledger count, as the budget does: input, output and
+        cache writes (prompt input the cache took in); cache reads are not counted."""
+        return self.input + self.output + self.cache_write
+
 
 @dataclass(frozen=True)
 class MessageEnd:
@@ -106,6 +112,9 @@ EngineEvent = MessageEnd | ToolStart | ToolEnd | StepBoundary
 class RequestPlan:
     system: str
     messages: list[dict[str, Any]]
+    # The leading parts of `system` (joined by blank lines) that stay the same call after call:
+    # each ends a prefix the request marks for the provider's prompt cache (`caching.py`).
+    stable_system: tuple[str, ...] = ()
 
 
 class StopRun(Exception):

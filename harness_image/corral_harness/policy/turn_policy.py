@@ -47,7 +47,7 @@ from ..context.instructions import (
     InstructionFile,
     instruction_units,
 )
-from ..context.layers import LayerName
+from ..context.layers import STABLE_LAYERS, LayerName
 from ..context.sources import project_units, rule_units, task_units
 from ..hooks import HookEvent, HookOutcome, HookRunner, Hooks, Phase, hooks_from_spec
 from ..memory import (
@@ -426,6 +426,10 @@ class CorralTurnPolicy:
             call_only_lines=lines,
             compaction=fit.compaction,
             layer_tokens=layer_tokens,
+            # A prompt a hook replaced has no layers the policy can vouch for.
+            stable_system=assembled.leading_sections(STABLE_LAYERS)
+            if before.system is None
+            else (),
         )
 
     async def after_tool(

@@ -35,6 +35,7 @@ def test_the_receipt_folds_both_writers_entries() -> None:
         "thinkingLevel": "low",
         "steps": 2,
         "contextTokens": {},
+        "usage": None,
     }
     assert set(receipt) == TURN_RECEIPT_KEYS
     parsed = TurnReceipt.model_validate(receipt)
