@@ -13,8 +13,9 @@ The rules are client-go's, so a mixed fleet of controllers reads one Lease the s
 - a leader stopped on purpose releases the Lease, so its standby takes over at its next try.
 
 With the defaults (15 s, 10 s, 2 s) a standby takes over a SIGKILLed leader within
-`duration + retry_period` (17 s) of its last renewal, and a released Lease within
-`retry_period` (2 s).
+`duration + 2 * retry_period` (19 s) of its last renewal: it sees the renewal up to one try
+later, counts the duration from there, and takes the Lease at the first try past it. A
+released Lease is taken within `retry_period` (2 s).
 
 `decide` is the pure part; `LeaseElector` holds the Lease through corral_kube, on a client
 of its own (never behind the operator's write slots: a burst of status writes must not
@@ -55,8 +56,9 @@ class LeaseTerms:
 
     @property
     def takeover_bound(self) -> float:
-        """The longest a standby waits after a leader's last renewal before it leads."""
-        return self.duration + self.retry_period
+        """The longest a standby waits after a leader's last renewal before it leads: the
+        renewal is seen up to one try late, and the Lease taken at the first try past it."""
+        return self.duration + 2 * self.retry_period
 
 
 @dataclass(frozen=True)

@@ -53,7 +53,7 @@ def test_a_new_holder_is_a_change_too() -> None:
 
 
 def test_terms_must_leave_the_leader_time_to_stop_before_a_standby_may_lead() -> None:
-    assert LeaseTerms().takeover_bound == 17.0
+    assert LeaseTerms().takeover_bound == 19.0
     with pytest.raises(ValueError, match="renew deadline < lease duration"):
         LeaseTerms(duration=10, renew_deadline=10, retry_period=2)
     with pytest.raises(ValueError):
