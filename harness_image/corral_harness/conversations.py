@@ -4,7 +4,10 @@ A conversation runs its submissions one at a time in admission order; a submissi
 is the first unsettled one. An abort sweeps the active submission and everything queued at that
 moment, settling them in admission order. The active one settles `ended` when the sweep says
 `{cause: "pick", submissionId: <its id>}`, else `aborted`; queued ones always settle `aborted`.
-Everything is written to the conversation log as it happens and replayed on boot.
+Everything is written to the conversation log as it happens and replayed on boot. Another
+harness's log can be restored into a new conversation (the operator does so when the sandbox pod
+was lost): checked record by record (`RecordCheck`), written, replayed and recovered as at boot,
+but what was in flight settles `sandbox_lost`.
 """
 
 from __future__ import annotations
@@ -20,19 +23,33 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import ValidationError
+
 from corral_api.kinds import AgentSpec, SettlementStatus
 from corral_api.turnshape import ForcedPlan
 
 from . import metrics
 from .engine.messages import for_provider, tool_result_block, tool_results_message
 from .engine.seam import DID_NOT_RUN
-from .store import ConversationLog, conversation_dir, conversation_dirs
+from .store import LOG_NAME, ConversationLog, conversation_dir, conversation_dirs
 
 log = logging.getLogger("corral.harness")
 
 SweepStatus = Literal["ended", "aborted"]
 BACKGROUND_SYNC_SECONDS = 0.02
 POLL_BATCH_SECONDS = 0.02
+
+# How a submission in flight settles when its conversation is rebuilt: after a restart of this
+# harness (its own log), or in another pod's harness after the sandbox was lost (a restore).
+HARNESS_RESTARTED = {
+    "type": "harness_restarted",
+    "message": "the harness restarted while this submission was in flight",
+}
+SANDBOX_LOST = {
+    "type": "sandbox_lost",
+    "message": "the sandbox pod was lost while this submission was in flight; its work since "
+    "the last delivery is gone",
+}
 
 
 @dataclass
@@ -338,25 +355,34 @@ class Conversation:
             elif kind == "tx" and record.get("op") == "result":
                 _join_result(self.transcript, record["b"])
 
-    def recover(self) -> None:
-        """After replay: fail what was in flight, answer its open calls, resume the queue."""
+    def recover(self, error: dict[str, str] = HARNESS_RESTARTED) -> list[str]:
+        """After replay: fail what was in flight with `error`, answer its open calls, resume the
+        queue. Returns the ids of the submissions failed."""
+        interrupted: list[str] = []
         for sub in self.submissions.values():
             if sub.settled:
                 continue
             if sub.started:
                 self._answer_open_calls()
-                self.settle(
-                    sub,
-                    "failed",
-                    error={
-                        "type": "harness_restarted",
-                        "message": "the harness restarted while this submission was in flight",
-                    },
-                )
+                self.settle(sub, "failed", error=dict(error))
+                interrupted.append(sub.id)
             else:
                 self.queue.append(sub)
         if self.queue:
             self._ensure_worker()
+        return interrupted
+
+    def restore(self, records: list[dict[str, Any]]) -> tuple[int, list[str]]:
+        """Rebuild this (new, empty) conversation from another harness's log: write the records
+        to this log, replay them as a boot does, and recover what the lost sandbox had in flight.
+        Returns the events replayed and the submissions settled `sandbox_lost`."""
+        for record in records:
+            self.log.append(record)
+        self.replay(records)
+        replayed = len(self.events)
+        # These events were written by this process: a reader waits for their sync, not 0's.
+        self._event_records = [self.log.written] * replayed
+        return replayed, self.recover(SANDBOX_LOST)
 
     def _answer_open_calls(self) -> None:
         if not self.transcript:
@@ -406,6 +432,95 @@ def _aborted(message: str) -> dict[str, str]:
     return {"type": "submission_aborted", "message": message}
 
 
+class RecordCheck:
+    """Whether log records from elsewhere can be replayed here, checked one at a time in order:
+    a known kind, the fields replay reads, events' offsets in sequence from 0 (a client that
+    saw an offset before must find the same event under it)."""
+
+    def __init__(self) -> None:
+        self.events = 0
+
+    def problem(self, record: Any) -> str | None:
+        if not isinstance(record, dict):
+            return "a record is a JSON object"
+        kind = record.get("k")
+        if kind == "sub":
+            return _submission_problem(record)
+        if kind == "ev":
+            problem = _event_problem(record.get("e"), self.events)
+            if problem is None:
+                self.events += 1
+            return problem
+        if kind == "tx":
+            return _transcript_problem(record)
+        return f"unknown record kind {kind!r} (sub, ev or tx)"
+
+
+_SUB_REQUIRED: dict[str, type] = {
+    "id": str,
+    "message": str,
+    "model": str,
+    "thinking": str,
+    "agent": dict,
+}
+_SUB_OPTIONAL: dict[str, type] = {
+    "turn": int,
+    "key": str,
+    "offset": int,
+    "outputSchema": dict,
+    "runId": str,
+    "plan": dict,
+    "replies": list,
+}
+
+
+def _submission_problem(record: dict[str, Any]) -> str | None:
+    for name, kind in _SUB_REQUIRED.items():
+        if not isinstance(record.get(name), kind):
+            return f"a sub record needs {name!r} ({kind.__name__})"
+    for name, kind in _SUB_OPTIONAL.items():
+        if record.get(name) is not None and not isinstance(record[name], kind):
+            return f"sub {record['id']}: {name!r} must be {kind.__name__}"
+    try:
+        AgentSpec.model_validate(record["agent"])
+        if record.get("plan") is not None:
+            ForcedPlan.model_validate(record["plan"])
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        return f"sub {record['id']}: {where}: {first['msg']}"
+    return None
+
+
+def _event_problem(event: Any, expected_offset: int) -> str | None:
+    if not isinstance(event, dict):
+        return "an ev record needs 'e' (an event object)"
+    for name in ("type", "submissionId"):
+        if not isinstance(event.get(name), str):
+            return f"an event needs {name!r} (str)"
+    offset = event.get("offset")
+    if type(offset) is not int or offset != expected_offset:
+        return f"event offset {offset!r} where {expected_offset} comes next"
+    return None
+
+
+def _transcript_problem(record: dict[str, Any]) -> str | None:
+    op = record.get("op")
+    if op == "append":
+        message = record.get("m")
+        if not isinstance(message, dict) or not isinstance(message.get("role"), str):
+            return "a tx append needs 'm' (a message object with a role)"
+        content = message.get("content")
+        if isinstance(content, list) and not all(isinstance(b, dict) for b in content):
+            return "a message's content blocks are objects"
+        return None
+    if op == "result":
+        if not isinstance(record.get("b"), dict):
+            return "a tx result needs 'b' (a content block object)"
+        return None
+    return f"unknown tx op {op!r} (append or result)"
+
+
 def _join_result(transcript: list[dict[str, Any]], block: dict[str, Any]) -> None:
     last = transcript[-1] if transcript else None
     if (
@@ -453,6 +568,28 @@ class Registry:
             conv.recover()
             count += 1
         return count
+
+    def restore(
+        self, agent: str, conversation: str, records: list[dict[str, Any]]
+    ) -> tuple[Conversation, int, list[str]] | None:
+        """Rebuild a conversation from another harness's log (records that passed RecordCheck).
+        None when this harness holds one of that name, in memory or on disk: a restore comes
+        once, before anything is admitted. Else the conversation, the events replayed and the
+        submissions settled `sandbox_lost`."""
+        key = (agent, conversation)
+        directory = conversation_dir(self.state_dir, agent, conversation)
+        if key in self._conversations or (directory / LOG_NAME).exists():
+            return None
+        conv = self.create(agent, conversation)
+        try:
+            events, interrupted = conv.restore(records)
+        except Exception:
+            # Half a conversation would refuse every later restore: leave none behind.
+            del self._conversations[key]
+            conv.log.close()
+            conv.log.path.unlink(missing_ok=True)
+            raise
+        return conv, events, interrupted
 
     def all(self) -> list[Conversation]:
         return list(self._conversations.values())

@@ -6,12 +6,16 @@ The engine adapter (CORRAL_ENGINE, see `engine/choice.py`) is loaded once the se
 `/readyz` answers 200 only once a turn could start: the engine is loaded and, with
 CORRAL_EXEC_SOCKET set (the working tools, /checks and the policy's path checks go to the tools
 container's exec service), the exec service answers.
+
+`GET .../log` and `PUT .../log` read a conversation's durable log and restore one from another
+harness's (issue 27: a session outlives its pod; `corral_api.wire`, LogRestored).
 """
 
 from __future__ import annotations
 
 import asyncio
 import hmac
+import io
 import json
 import logging
 import re
@@ -19,19 +23,22 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from corral_api.kinds import AgentSpec
 from corral_api.wire import (
+    LOG_CONTENT_TYPE,
+    LOG_NEXT_HEADER,
     AbortRequest,
     AdmitRequest,
     EndRequest,
     EndResponse,
+    LogRestored,
     SteerRequest,
     SteerResponse,
 )
@@ -41,7 +48,7 @@ from . import metrics
 from .approvals.custodian_port import CustodianApprovalPort
 from .approvals.file_port import FileApprovalPort
 from .config import HarnessConfig
-from .conversations import Conversation, Registry, Submission, new_submission_id
+from .conversations import Conversation, RecordCheck, Registry, Submission, new_submission_id
 from .custodian_client.menu import MenuClient
 from .default_policy import DefaultPolicy
 from .delivery import TurnDelivery
@@ -58,6 +65,8 @@ log = logging.getLogger("corral.harness")
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,252}$")
 MAX_WAIT_SECONDS = 60.0
+# The largest log a restore takes (the harness has no other request cap to share).
+MAX_RESTORE_BYTES = 256 * 1024 * 1024
 DEFAULT_IDENTITY = "You are a coding agent working in the repository at your granted root."
 
 
@@ -235,6 +244,7 @@ def create_app(
     _add_health_routes(app, state)
     _add_conversation_routes(app, state)
     _add_turn_control_routes(app, state)
+    _add_log_routes(app, state)
     _add_check_routes(app, state)
     return app
 
@@ -441,6 +451,95 @@ def _add_turn_control_routes(app: FastAPI, state: _ServerState) -> None:
             ended=True, denied=outcome.denied, reason=outcome.reason if outcome.denied else None
         )
         return JSONResponse(answer.model_dump(exclude_none=True))
+
+
+def _add_log_routes(app: FastAPI, state: _ServerState) -> None:
+    """The durable log read from record N, and a conversation restored from one (issue 27)."""
+    registry = state.registry
+
+    @app.get("/agents/{agent}/{conversation}/log")
+    async def read_log(
+        agent: str, conversation: str, first: int = Query(default=0, alias="from")
+    ) -> Response:
+        found = state.lookup(agent, conversation)
+        if isinstance(found, JSONResponse):
+            return found
+        await found.durable()  # what is archived is never ahead of this disk
+        count = found.log.durable_count()
+        if not 0 <= first <= count:
+            reason = f"from={first} is outside the log: it holds {count} durable records"
+            return _error(400, "bad_request", reason)
+        return StreamingResponse(
+            found.log.read_from(first, count),
+            media_type=LOG_CONTENT_TYPE,
+            headers={LOG_NEXT_HEADER: str(count)},
+        )
+
+    @app.put("/agents/{agent}/{conversation}/log")
+    async def restore_log(agent: str, conversation: str, request: Request) -> Response:
+        bad = _names_ok(agent, conversation)
+        if bad is not None:
+            return bad
+        if registry.get(agent, conversation) is not None:
+            return _exists(agent, conversation)  # before reading what may be a large body
+        body = await _read_capped(request, MAX_RESTORE_BYTES)
+        if body is None:
+            return _error(413, "too_large", f"the log is larger than {MAX_RESTORE_BYTES} bytes")
+        records = _log_records(body)
+        if isinstance(records, str):
+            return _error(400, "bad_request", records)
+        restored = registry.restore(agent, conversation, records)
+        if restored is None:
+            return _exists(agent, conversation)
+        conv, events, interrupted = restored
+        await conv.durable()  # an answered restore survives a crash
+        answer = LogRestored(
+            restored=True, records=len(records), events=events, interrupted=interrupted
+        )
+        return JSONResponse(answer.model_dump(), status_code=201)
+
+
+def _exists(agent: str, conversation: str) -> JSONResponse:
+    return _error(
+        409,
+        "conversation_exists",
+        f"{agent}/{conversation} is held here already; a conversation is restored once",
+    )
+
+
+async def _read_capped(request: Request, cap: int) -> bytes | None:
+    """The request body, or None when it is (or says it is) longer than `cap` bytes."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > cap:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _log_records(body: bytes) -> list[dict[str, Any]] | str:
+    """The records of an ndjson log, or why it is not one (naming the line)."""
+    check = RecordCheck()
+    records: list[dict[str, Any]] = []
+    for number, line in enumerate(io.BytesIO(body), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError as exc:  # UnicodeDecodeError included
+            return f"line {number}: not JSON: {exc}"
+        problem = check.problem(record)
+        if problem is not None:
+            return f"line {number}: {problem}"
+        records.append(record)
+    if not records:
+        return "the body holds no log records (ndjson, one record a line)"
+    return records
 
 
 def _add_check_routes(app: FastAPI, state: _ServerState) -> None:
