@@ -53,6 +53,8 @@ MAX_DEPTH_CAP = 3
 MAX_CHILDREN_PER_TURN_CAP = 5
 MAX_OUTPUT_TOKENS_CAP = 32000
 MAX_TURNS_CAP = 1000
+MAX_RESTARTS_CAP = 10
+DEFAULT_MAX_RESTARTS = 3
 # The runaway watch's per-turn caps (docs/ledger.md): the defaults, and the most an Agent may set.
 DEFAULT_STEPS_PER_TURN = 200
 MAX_STEPS_PER_TURN_CAP = 5000
@@ -184,12 +186,20 @@ class AgentLimits(ApiModel):
         default=DEFAULT_TOKENS_PER_TURN,
         ge=1,
         le=MAX_TOKENS_PER_TURN_CAP,
-        description="The runaway watch: tokens (input + output, every model call) one turn may "
-        "spend before it fails `runaway`.",
+        description="The runaway watch: tokens (input, output and cache writes, every model "
+        "call) one turn may spend before it fails `runaway`.",
     )
     budget: Budget | None = Field(
         default=None,
         description="The cap for each Session of this Agent; a Session may only lower it.",
+    )
+    max_restarts: int = Field(
+        default=DEFAULT_MAX_RESTARTS,
+        ge=0,
+        le=MAX_RESTARTS_CAP,
+        description="How many times a Session whose sandbox pod is lost (deleted, evicted, its "
+        "node gone) resumes in a new pod from its archived conversation and its delivered "
+        "branch before it fails SandboxLost; 0 never resumes (docs/turns.md, \"A lost pod\").",
     )
 
 
@@ -839,6 +849,18 @@ class SessionStatus(ApiModel):
         description="Turns a freeze interrupted; each continues under the same turn number, so"
         " none counts against a turn limit or the evaluation budget.",
     )
+    restarts: int = Field(
+        default=0,
+        ge=0,
+        description="How many times the Session resumed in a new sandbox pod after its pod was "
+        "lost (the Resumed condition says why the last time).",
+    )
+    resume_interruptions: int = Field(
+        default=0,
+        ge=0,
+        description="Turns a lost pod interrupted; each is admitted again once under the same "
+        "turn number (turn-<n>-resume-<k>), so none counts against a turn limit.",
+    )
     message: str | None = Field(default=None, description="Why the session is in this phase.")
     answer: str | None = Field(
         default=None,
@@ -882,6 +904,7 @@ class Session(Resource):
             PrinterColumn("Agent", ".spec.agentRef"),
             PrinterColumn("Phase", ".status.phase"),
             PrinterColumn("Turns", ".status.turns", "integer"),
+            PrinterColumn("Restarts", ".status.restarts", "integer"),
             PrinterColumn("Outcome", ".status.lastTurn.outcome"),
             PrinterColumn("Pod", ".status.podName", priority=1),
             PrinterColumn("Cost", ".status.usage.cost", "number", priority=1),

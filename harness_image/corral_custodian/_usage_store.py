@@ -8,6 +8,7 @@ with no other request in between.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -19,9 +20,11 @@ from .budget import CallUsage, Held, UsageTotals, held_by
 
 
 class UsageStore:
-    def __init__(self, state_dir: Path | None) -> None:
+    def __init__(self, state_dir: Path | None, seed: UsageTotals | None = None) -> None:
         self._dir = state_dir
-        self.totals = UsageTotals()
+        # A resumed Session's new pod starts from what the lost one had spent; its own record
+        # on disk (a restarted custodian in the same pod) already includes that.
+        self.totals = dataclasses.replace(seed) if seed is not None else UsageTotals()
         self.carved = Held()
         self._reservations: dict[int, CallUsage] = {}
         self._ids = itertools.count(1)

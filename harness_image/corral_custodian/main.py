@@ -11,6 +11,8 @@ ANTHROPIC_API_KEY or CORRAL_MODEL_KEY_FILE   the model key (the harness never ha
 CORRAL_SESSION_NAME / _NAMESPACE / _UID      the session this pod serves
 CORRAL_AGENT_NAME            its Agent, read from the cluster (default: the Session's agentRef)
 CORRAL_BUDGET_TOKENS, CORRAL_BUDGET_COST     the Session's budget; 0 or unset: no cap
+CORRAL_USAGE_SEED            a resumed Session's spending so far (JSON: input, output,
+                             cacheRead, cacheWrite, cost): the record starts there, not at 0
 CORRAL_STATE_DIR             usage records (kept across restarts) and the push mirror, into
                              which the harness's bundles of the agent's commits are taken
                              (the custodian never opens the workspace)

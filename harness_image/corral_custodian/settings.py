@@ -20,7 +20,7 @@ from corral_common.memory import (
 )
 
 from . import _secrets
-from .budget import Budget
+from .budget import Budget, UsageTotals
 
 DEFAULT_ADDR = "127.0.0.1:8081"
 DEFAULT_UPSTREAM = "https://api.anthropic.com"
@@ -72,6 +72,8 @@ class CustodianSettings:
     git_remote_url: str | None
     read_only: bool
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    # A resumed Session's spending before its pod was lost: the record starts from it.
+    usage_seed: UsageTotals | None = None
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     # The largest bundle of the agent's commits taken (CORRAL_MAX_BUNDLE_BYTES), and the
     # largest object in one (CORRAL_MAX_BLOB_BYTES); docs/delivery.md.
@@ -144,6 +146,32 @@ def _split_addr(addr: str, name: str) -> tuple[str, int]:
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise SettingsError(f"{name} must be host:port, not {addr!r}")
     return host.strip("[]"), int(port)
+
+
+_SEED_FIELDS = {"input": "input", "output": "output", "cacheRead": "cache_read",
+                "cacheWrite": "cache_write"}  # fmt: skip
+
+
+def _usage_seed(env: Mapping[str, str], name: str) -> UsageTotals | None:
+    """What a resumed Session had spent (the operator's JSON of its status.usage)."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+        counts = {mine: int(data.get(theirs) or 0) for theirs, mine in _SEED_FIELDS.items()}
+        seed = UsageTotals(
+            input=counts["input"],
+            output=counts["output"],
+            cache_read=counts["cache_read"],
+            cache_write=counts["cache_write"],
+            cost=float(data.get("cost") or 0.0),
+        )
+    except (ValueError, TypeError, AttributeError) as e:
+        raise SettingsError(f"{name} must be a JSON object of token counts and a cost: {e}") from e
+    if min(seed.input, seed.output, seed.cache_read, seed.cache_write, seed.cost) < 0:
+        raise SettingsError(f"{name} cannot be negative")
+    return seed
 
 
 def _number(env: Mapping[str, str], name: str, kind: type[int] | type[float]) -> Any:
@@ -277,6 +305,7 @@ def from_env(env: Mapping[str, str]) -> CustodianSettings:
             cost=_number(env, "CORRAL_BUDGET_COST", float) or None,
         ),
         state_dir=_path(env, "CORRAL_STATE_DIR"),
+        usage_seed=_usage_seed(env, "CORRAL_USAGE_SEED"),
         agent_name=agent_name,
         agent_spec_file=_path(env, "CORRAL_AGENT_SPEC_FILE"),
         agent_spec_json=env.get("CORRAL_AGENT_SPEC_JSON") or None,

@@ -208,6 +208,11 @@ class OperatorSettings:
     archive_s3_credentials_dir: str | None = None
 
     @property
+    def archives(self) -> bool:
+        """An archive is configured: a Session's conversation outlives its pod there."""
+        return bool(self.archive_dir or self.archive_s3_endpoint)
+
+    @property
     def run_as_user(self) -> int:
         """The uid of a pod that runs a workspace command and holds nothing (Evidence checks)."""
         return self.tools_uid

@@ -24,11 +24,14 @@ import httpx
 
 from corral_api.kinds import AdmissionLedger, AgentSpec
 from corral_api.wire import (
+    LOG_CONTENT_TYPE,
+    LOG_NEXT_HEADER,
     AbortResponse,
     AdmitRequest,
     AdmitResponse,
     EndRequest,
     EndResponse,
+    LogRestored,
     SettledEvent,
     UpdatesResponse,
 )
@@ -66,10 +69,17 @@ _IDENTITY = ("", "identity")
 class _Answer:
     """One answer of the harness, read up to a cap: its status and its bytes."""
 
-    def __init__(self, status_code: int, reason_phrase: str, content: bytes | bytearray) -> None:
+    def __init__(
+        self,
+        status_code: int,
+        reason_phrase: str,
+        content: bytes | bytearray,
+        headers: httpx.Headers | None = None,
+    ) -> None:
         self.status_code = status_code
         self.reason_phrase = reason_phrase
         self.content = content
+        self.headers = headers or httpx.Headers()
 
     def json(self) -> Any:
         return json.loads(self.content)
@@ -190,9 +200,16 @@ class WireClient:
         body: Any = None,
         params: dict[str, str | int | float] | None = None,
         timeout: float = 30.0,
+        send: bytes | None = None,
+        content_type: str | None = None,
     ) -> _Answer:
-        """One request; its answer read up to the cap within `timeout` in all, and closed."""
-        request = self._http.build_request(method, path, json=body, params=params, timeout=timeout)
+        """One request; its answer read up to the cap within `timeout` in all, and closed.
+        `send` (with its `content_type`) is sent as it is, instead of `body` as JSON."""
+        headers = {"Content-Type": content_type} if content_type else None
+        request = self._http.build_request(
+            method, path, json=body, params=params, timeout=timeout, content=send,
+            headers=headers,
+        )  # fmt: skip
         try:
             async with asyncio.timeout(timeout):
                 response = await self._http.send(request, stream=True)
@@ -208,7 +225,7 @@ class WireClient:
             raise httpx.ReadTimeout(
                 f"the harness's {what} answer took longer than {timeout:g}s", request=request
             ) from None
-        return _Answer(response.status_code, response.reason_phrase, content)
+        return _Answer(response.status_code, response.reason_phrase, content, response.headers)
 
     # --------------------------------------------------------------------------- verbs
 
@@ -236,6 +253,30 @@ class WireClient:
         response = await self._call("GET", self._path(conversation, "/history"), "history")
         self._raise_for_view(response, conversation, "history")
         return UpdatesResponse.model_validate_json(response.content)
+
+    async def read_log(self, conversation: str, start: int) -> tuple[bytes, int]:
+        """The conversation's durable log records from index `start` (ndjson, as the harness
+        keeps them), and the index the next read starts from."""
+        path = self._path(conversation, "/log")
+        response = await self._call("GET", path, "log", params={"from": start}, timeout=120.0)
+        self._raise_for_view(response, conversation, "log")
+        after = response.headers.get(LOG_NEXT_HEADER, "")
+        if not after.isdigit() or int(after) < start:
+            raise WireRequestFailed("log", response.status_code, f"{LOG_NEXT_HEADER} {after!r}")
+        return bytes(response.content), int(after)
+
+    async def restore_log(self, conversation: str, records: bytes) -> LogRestored | None:
+        """Rebuild the conversation in this harness from its archived log records; None when
+        the harness holds it already (restored before: the restore is done once)."""
+        path = self._path(conversation, "/log")
+        response = await self._call(
+            "PUT", path, "restore", send=records, content_type=LOG_CONTENT_TYPE, timeout=120.0
+        )
+        if response.status_code == 409:
+            return None
+        if response.status_code >= 400:
+            raise WireRequestFailed("restore", response.status_code, _reason(response))
+        return LogRestored.model_validate_json(response.content)
 
     async def abort(
         self, conversation: str, *, cause: str | None = None, submission_id: str | None = None

@@ -127,8 +127,8 @@ def test_get_every_kind_in_every_output(
 def test_get_columns_selector_and_all_namespaces(control_plane: ControlPlane, seeded: str) -> None:
     ns = ["-n", seeded]
     sessions = _corral(control_plane, "get", "cs", *ns).stdout.splitlines()
-    assert sessions[0].split() == ["NAME", "AGENT", "PHASE", "TURNS", "OUTCOME", "FROZEN",
-                                   "WAKES", "AGE"]  # fmt: skip
+    assert sessions[0].split() == ["NAME", "AGENT", "PHASE", "TURNS", "RESTARTS", "OUTCOME",
+                                   "FROZEN", "WAKES", "AGE"]  # fmt: skip
     assert sessions[1].split()[:4] == ["fix", "coder", "Running", "1"]
     wide = _corral(control_plane, "get", "sessions", *ns, "-o", "wide").stdout.splitlines()[0]
     assert "POD" in wide.split() and "REVISION" in wide.split()

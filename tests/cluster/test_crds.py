@@ -374,7 +374,8 @@ def test_kubectl_get_corral_shows_printer_columns(
     out = control_plane.kubectl("get", "corral", "-n", namespace).stdout
     lines = [line.split() for line in out.splitlines()]
     headers = [line for line in lines if line and line[0] == "NAME"]
-    assert ["NAME", "AGENT", "PHASE", "TURNS", "OUTCOME", "FROZEN", "WAKES", "AGE"] in headers, out
+    columns = ["NAME", "AGENT", "PHASE", "TURNS", "RESTARTS", "OUTCOME", "FROZEN", "WAKES", "AGE"]
+    assert columns in headers, out
     assert ["NAME", "SESSION", "AGENT", "NAMESPACE", "FROZEN", "AGE"] in headers, out
     assert ["NAME", "REVISION", "CHECK", "VERDICT", "AGE"] in headers, out
     assert ["NAME", "SESSION", "ACTION", "DECISION", "AGE"] in headers, out

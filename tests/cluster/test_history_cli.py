@@ -214,8 +214,8 @@ def test_a_finished_session_is_read_after_its_pod_is_gone(
     # get: the table, -o json / yaml / wide, and -A with the admin's kubeconfig.
     table = archiving.corral("get", "sessions")
     header, *rows = table.stdout.splitlines()
-    assert header.split() == ["NAME", "AGENT", "PHASE", "TURNS", "OUTCOME", "FROZEN", "WAKES",
-                              "AGE"]  # the CRD's printer columns  # fmt: skip
+    assert header.split() == ["NAME", "AGENT", "PHASE", "TURNS", "RESTARTS", "OUTCOME", "FROZEN",
+                              "WAKES", "AGE"]  # the CRD's printer columns  # fmt: skip
     row = next(r.split() for r in rows if r.startswith(name))
     assert row[1:5] == ["hist-coder", "Succeeded", "1", "success"]
     listed = json.loads(archiving.corral("get", "sessions", "-o", "json").stdout)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +38,13 @@ from corral_common import sigv4
 
 from ..driver import byte_size
 from .record import ArchivedSession
-from .store import DEFAULT_MAX_OBJECT_BYTES, ArchiveTooLarge, checked_names
+from .store import (
+    DEFAULT_MAX_OBJECT_BYTES,
+    ArchiveTooLarge,
+    checked_names,
+    joined_log,
+    log_chunk_name,
+)
 
 ACCESS_KEY_FILE = "accessKeyId"
 SECRET_KEY_FILE = "secretAccessKey"
@@ -237,6 +244,24 @@ class S3Archive:
         if not loaded:
             return None
         return max(loaded, key=lambda a: str(a.record.get("archivedAt", "")))
+
+    def write_log(
+        self, namespace: str, name: str, uid: str, start: int, end: int, data: bytes
+    ) -> None:
+        checked_names(namespace, name, uid)
+        leaf = f"conversation/{log_chunk_name(start, end)}"
+        self._put(self._key(namespace, name, uid, leaf), data, "application/x-ndjson")
+
+    def read_log(self, namespace: str, name: str, uid: str) -> tuple[bytes, int]:
+        checked_names(namespace, name, uid)
+        run = f"{namespace}/{name}/{uid}"
+        prefix = self._key(namespace, name, uid, "conversation/")
+
+        def reader(key: str) -> Callable[[], bytes]:
+            return lambda: bytes(self._get(key, f"log of {run}") or b"")
+
+        chunks = [(key[len(prefix) :], reader(key)) for key in self._list(prefix)]
+        return joined_log(chunks, self.max_bytes, f"conversation log of {run}")
 
     def _load(self, namespace: str, name: str, uid: str) -> ArchivedSession | None:
         run = f"{namespace}/{name}/{uid}"

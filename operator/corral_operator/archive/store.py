@@ -16,6 +16,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,6 +36,42 @@ class ArchiveStore(Protocol):
     ) -> None: ...
 
     def read(self, namespace: str, name: str, uid: str | None = None) -> ArchivedSession | None: ...
+
+    def write_log(
+        self, namespace: str, name: str, uid: str, start: int, end: int, data: bytes
+    ) -> None: ...
+
+    def read_log(self, namespace: str, name: str, uid: str) -> tuple[bytes, int]: ...
+
+
+# The conversation's durable log, archived as it grows (docs/turns.md, "A lost pod"): records
+# [start, end) of the harness's log as one object each, named so that they sort in order.
+def log_chunk_name(start: int, end: int) -> str:
+    return f"{start:012d}-{end:012d}.ndjson"
+
+
+def joined_log(
+    chunks: list[tuple[str, Callable[[], bytes]]], limit: int, what: str
+) -> tuple[bytes, int]:
+    """The chunks' records from 0 on, as far as they run on without a gap (a chunk written
+    twice, by a retry, is read once), and the index after the last; refused past `limit`."""
+    spans = []
+    for leaf, read in chunks:
+        match = _CHUNK.fullmatch(leaf)
+        if match is not None:
+            spans.append((int(match[1]), int(match[2]), read))
+    data, at = bytearray(), 0
+    for start, end, read in sorted(spans, key=lambda span: (span[0], -span[1])):
+        if start != at or end <= start:
+            continue  # a duplicate or an overlap of what was joined, or after a gap
+        data += read()
+        if len(data) > limit:
+            raise ArchiveTooLarge(what, limit)
+        at = end
+    return bytes(data), at
+
+
+_CHUNK = re.compile(r"(\d{12})-(\d{12})\.ndjson")
 
 
 class ArchiveTooLarge(OSError):
@@ -117,6 +154,36 @@ class FileArchive:
                 return None
             return max(loaded, key=lambda a: str(a.record.get("archivedAt", "")))
         return self._load(parent / uid)
+
+    def _log_dir(self, namespace: str, name: str, uid: str) -> Path:
+        # Beside the run's directory, which the final archive replaces whole.
+        return self.root / namespace / name / f".conversation-{uid}"
+
+    def write_log(
+        self, namespace: str, name: str, uid: str, start: int, end: int, data: bytes
+    ) -> None:
+        checked_names(namespace, name, uid)
+        where = self._log_dir(namespace, name, uid)
+        where.mkdir(parents=True, exist_ok=True)
+        fd, staging = tempfile.mkstemp(prefix=".chunk.", dir=where)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(staging, where / log_chunk_name(start, end))
+
+    def read_log(self, namespace: str, name: str, uid: str) -> tuple[bytes, int]:
+        checked_names(namespace, name, uid)
+        where = self._log_dir(namespace, name, uid)
+        run = f"{namespace}/{name}/{uid}"
+        if not where.is_dir():
+            return b"", 0
+
+        def reader(path: Path) -> Callable[[], bytes]:
+            return lambda: read_file_capped(path, self.max_bytes, f"log of {run}")
+
+        chunks = [(path.name, reader(path)) for path in where.iterdir()]
+        return joined_log(chunks, self.max_bytes, f"conversation log of {run}")
 
     def _load(self, where: Path) -> ArchivedSession | None:
         run = "/".join(where.parts[-3:])

@@ -24,12 +24,13 @@ container by not mounting them, never by file modes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
 
 from corral_api import API_VERSION
-from corral_api.kinds import Agent, Budget, EgressRule, Session
+from corral_api.kinds import Agent, Budget, EgressRule, Session, Usage
 from corral_common.checkout import CHECKOUT_SCRIPT as CHECKOUT_SCRIPT  # evidencepod uses it
 
 from .. import naming
@@ -300,6 +301,25 @@ def build_network_policy(
 # --------------------------------------------------------------------------------- the pod
 
 
+@dataclass(frozen=True)
+class ResumePoint:
+    """Where a resumed Session's new pod starts (docs/turns.md, "A lost pod"): the revision it
+    last delivered (None: nothing was, so its starting ref) and what it had spent, which its
+    custodian's record starts from."""
+
+    revision: str | None
+    usage: Usage
+
+
+def _usage_seed_env(resume: ResumePoint | None) -> list[dict[str, Any]]:
+    if resume is None:
+        return []
+    u = resume.usage
+    seed = {"input": u.input_tokens, "output": u.output_tokens, "cacheRead": u.cache_read_tokens,
+            "cacheWrite": u.cache_write_tokens, "cost": u.cost}  # fmt: skip
+    return [env("CORRAL_USAGE_SEED", json.dumps(seed, sort_keys=True))]
+
+
 def _budget_env(budget: Budget) -> list[dict[str, Any]]:
     """The custodian's budget (checked: no axis is spent); an axis without a cap is left unset
     (the custodian: no cap)."""
@@ -318,6 +338,7 @@ def build_pod(
     *,
     budget: Budget | None = None,
     egress_credential: str | None = None,
+    resume: ResumePoint | None = None,
 ) -> dict[str, Any]:
     """The sandbox pod. `budget` is the Session's effective budget (the lowest of its own, its
     Agent's and, for a child, its parent's remainder); without it, the lower of the first two.
@@ -326,8 +347,11 @@ def build_pod(
     (`check_sandbox`)."""
     checked = check_sandbox(agent, session, settings, budget=budget)
     facts = _session_facts(agent, session, checked)
+    if resume is not None and resume.revision:
+        # The session branch's delivered revision, which the clone fetched with the branch.
+        facts = dataclasses.replace(facts, ref=resume.revision)
     wire_secret = naming.wire_secret_name(facts.name)
-    budget_env = _budget_env(checked.budget)
+    budget_env = [*_budget_env(checked.budget), *_usage_seed_env(resume)]
     tools_limits = checked.tools_resources
     added = pod_additions(agent.spec.credentials, settings, wire_secret)
     # One context per uid; a container that shares a uid gets its own copy of it.
@@ -476,11 +500,15 @@ def build_sandbox(
     *,
     budget: Budget | None = None,
     egress_credential: str | None = None,
+    resume: ResumePoint | None = None,
 ) -> SandboxManifests:
     """Every manifest a Session owns. Raises SandboxSpecError on a spec that cannot work."""
     if settings.egress_gateway is None:
         egress_credential = None
-    pod = build_pod(agent, session, settings, budget=budget, egress_credential=egress_credential)
+    pod = build_pod(
+        agent, session, settings, budget=budget, egress_credential=egress_credential,
+        resume=resume,
+    )  # fmt: skip
     return SandboxManifests(
         secret=build_wire_secret(
             session,

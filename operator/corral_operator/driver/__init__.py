@@ -26,7 +26,7 @@ from ._faults import (
     byte_size,
 )
 from ._ports import CheckResult, EventSink, TurnStore, WirePort
-from ._session import SessionDriver, resume_message
+from ._session import SessionDriver, admission_attempt, resume_message
 from ._state import (
     Decision,
     DriverOutcome,
@@ -55,6 +55,7 @@ __all__ = [
     "WirePort",
     "WireRequestFailed",
     "add_usage",
+    "admission_attempt",
     "byte_size",
     "children_report",
     "decide_after_settlement",

@@ -61,6 +61,40 @@ def freeze_interrupted(settled: SettledEvent, interrupt_requested: bool) -> bool
     return interrupt_requested and settled.status == "aborted"
 
 
+SANDBOX_LOST_ERROR = "sandbox_lost"  # the wire's error type (api/corral_api/wire.py)
+# The turn's pod went while it ran: the harness of the Session's new pod settled it when the
+# conversation was restored there (`sandbox_lost`), or the pod's own harness did as its pod was
+# being deleted (`harness_stopped`). Either way the turn is not its own doing: it is admitted
+# again, in a new pod when this one goes (docs/turns.md, "A lost pod").
+LOST_ERRORS = (SANDBOX_LOST_ERROR, "harness_stopped")
+
+
+def sandbox_lost(settled: SettledEvent) -> bool:
+    """The turn's pod was lost, or is going, while it ran."""
+    return settled.status == "failed" and (
+        settled.error is not None and settled.error.type in LOST_ERRORS
+    )
+
+
+def resumed_decision(turn: int, revision: str | None) -> Decision:
+    """After a lost pod interrupted turn `turn`: admit it again at once in the new pod, with a
+    note of what was lost. The turn is not counted."""
+    where = (
+        f"the last revision it delivered ({revision[:12]})"
+        if revision
+        else "the starting ref (nothing had been delivered)"
+    )
+    note = (
+        "Your previous turn was interrupted: the sandbox pod it ran in was lost. The "
+        f"conversation is restored, and the workspace is checked out again at {where}: changes "
+        "made since then, and the results of commands still running, are gone. Check the "
+        "workspace's state, then continue the task where you left off."
+    )
+    return Decision(
+        "continue", "Running", f"turn {turn} resumes in a new pod after its pod was lost", note
+    )
+
+
 def interrupted_decision(turn: int) -> Decision:
     """After a freeze interrupted turn `turn`: stop driving, not finished. The turn is not
     counted (no turn limit, no evaluation budget spent); its continuation is admitted under the
@@ -78,12 +112,16 @@ def is_interrupted(state: DriverState) -> bool:
     return last is not None and last.turn > state.turns
 
 
-def continuation_message(state: DriverState, task: str) -> str:
-    """The message that continues a turn a freeze interrupted."""
-    text = (
-        "Your previous turn was interrupted by a freeze before it finished. The freeze is "
-        "lifted: continue the task where you left off."
-    )
+def continuation_message(state: DriverState, task: str, revision: str | None = None) -> str:
+    """The message that continues a turn a freeze, or a lost pod, interrupted."""
+    last = state.last_settlement
+    if last is not None and (last.error or "").startswith(tuple(f"{e}:" for e in LOST_ERRORS)):
+        text = resumed_decision(last.turn, revision).follow_up or ""
+    else:
+        text = (
+            "Your previous turn was interrupted by a freeze before it finished. The freeze is "
+            "lifted: continue the task where you left off."
+        )
     if state.turns == 0:
         text += f"\n\nThe task:\n{task}"  # the first turn may have stopped before it began
     return text

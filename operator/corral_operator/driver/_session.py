@@ -36,6 +36,8 @@ from ._decide import (
     interrupted_decision,
     is_interrupted,
     needs_evaluation,
+    resumed_decision,
+    sandbox_lost,
 )
 from ._faults import AnswerTooLarge, ConversationLost, SettlementFault, WireFault
 from ._ports import EventSink, TurnStore, WirePort
@@ -52,6 +54,15 @@ from ._wake import WAITING_FOR_WAKE, clip_answer, seconds_until_wake, time_text,
 log = logging.getLogger("corral.driver")
 
 DEFAULT_CHECK_TIMEOUT = 300
+
+
+def admission_attempt(state: DriverState) -> str:
+    """What tells a turn's admissions apart after a freeze or a lost pod interrupted it: each
+    attempt gets an idempotency key of its own (and a run id of its own)."""
+    attempt = f"-f{state.freeze_interruptions}" if state.freeze_interruptions else ""
+    if state.resume_interruptions:
+        attempt += f"-resume-{state.resume_interruptions}"
+    return attempt
 
 
 def resume_message(state: DriverState) -> str:
@@ -72,6 +83,7 @@ class SessionDriver:
         *,
         check_timeout: int = DEFAULT_CHECK_TIMEOUT,
         children_report: ChildrenReport | None = None,
+        resumed_from: str | None = None,
     ) -> None:
         self._client = client
         # What finished children report to a parent resuming from WaitingForChildren.
@@ -91,6 +103,8 @@ class SessionDriver:
         self._state = DriverState()
         # The replies the next admission starts from (docs/turns.md).
         self._replies: list[str] = []
+        # The revision a resumed Session's new pod checked out (its note to the model names it).
+        self._resumed_from = resumed_from
 
     @property
     def abort_requested(self) -> bool:
@@ -115,7 +129,7 @@ class SessionDriver:
                 held = f"frozen before turn {state.turns + 1} was admitted"
                 return await self._finish(Decision("finish", state.phase, held))
             if is_interrupted(state):
-                message = continuation_message(state, self._session.task)
+                message = continuation_message(state, self._session.task, self._resumed_from)
             elif state.phase == WAITING_FOR_WAKE and self._session.wake is not None:
                 if seconds_until_wake(state, datetime.now(UTC)) > 0:
                     return self._outcome(last_text)  # not woken yet: nothing to admit
@@ -191,7 +205,7 @@ class SessionDriver:
         state = self._state
         overrides = self._session.overrides
         turn = state.turns + 1
-        attempt = f"-f{state.freeze_interruptions}" if state.freeze_interruptions else ""
+        attempt = admission_attempt(state)
         # The run id the harness's spans, the custodian's log and ours share (docs/tracing.md).
         run_id = f"{self._conversation}.{turn}{attempt}"
         logs.bind(runId=run_id)  # this task's lines from here on name the run
@@ -210,7 +224,8 @@ class SessionDriver:
             replies=self._replies or None,
             # The turn number names the admission: a driver that lost its ledger write (an API
             # error, a crash) admits again with the same key and gets the same submission. A
-            # turn a freeze interrupted is admitted again under its number: a new key.
+            # turn a freeze or a lost pod interrupted is admitted again under its number, with
+            # a new key (turn-<n>-f<k>, turn-<n>-resume-<k>).
             idempotencyKey=f"turn-{turn}{attempt}",
             runId=run_id,
         )
@@ -298,8 +313,11 @@ class SessionDriver:
         interrupted = not self._abort_requested and freeze_interrupted(
             settled, self._interrupt is not None
         )
+        lost = not interrupted and sandbox_lost(settled)
         if interrupted:
             state.freeze_interruptions += 1  # the turn itself is not counted
+        elif lost:
+            state.resume_interruptions += 1  # nor is a turn its lost pod cut short
         else:
             state.turns = max(state.turns, ledger.turn)
         state.usage = add_usage(state.usage, settled.usage)
@@ -317,6 +335,8 @@ class SessionDriver:
         decision = (
             interrupted_decision(ledger.turn)
             if interrupted
+            else resumed_decision(ledger.turn, self._resumed_from)
+            if lost
             else decide_after_settlement(
                 state=state,
                 settled=settled,
@@ -433,4 +453,4 @@ class SessionDriver:
             await result
 
 
-__all__ = ["SessionDriver", "resume_message"]
+__all__ = ["SessionDriver", "admission_attempt", "resume_message"]

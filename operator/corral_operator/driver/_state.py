@@ -41,6 +41,9 @@ class DriverState(BaseModel):
     evaluation_turns: int = Field(default=0, ge=0)
     # Turns a freeze interrupted: each continues under its own turn number (docs/freeze.md).
     freeze_interruptions: int = Field(default=0, ge=0)
+    # Turns a lost sandbox pod interrupted: each is admitted again once, under its own turn
+    # number (turn-<n>-resume-<k>), in the Session's new pod (docs/turns.md, "A lost pod").
+    resume_interruptions: int = Field(default=0, ge=0)
     # The last accepted answer, validated against spec.outputSchema (docs/structured-output.md).
     output: Any = None
     # The last settled turn's final answer, clipped (a Goal's next wave reads it).

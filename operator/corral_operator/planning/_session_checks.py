@@ -20,6 +20,7 @@ from . import lineage
 from . import reasons as R
 from ._session_inputs import SessionInputs, parse_time, pending_for, wake_wait
 from .agent import agent_ready
+from .conditions import set_condition
 from .lineage import Lineage, LineageRefusal, out_of_turns_message, spent_axis
 
 SandboxState = Literal["absent", "starting", "ready", "released", "kept"]
@@ -33,6 +34,7 @@ STARTING_RECHECK = 30.0
 FROZEN_RECHECK = 30.0
 
 STARTING_MESSAGE = "waiting for the harness to be ready"
+RESUMED = "Resumed"  # the condition's type, and its Event's reason
 
 
 @dataclass(frozen=True)
@@ -243,15 +245,58 @@ def _out_of_turns(inputs: SessionInputs) -> SessionDecision:
 
 
 def pod_lost(inputs: SessionInputs) -> SessionDecision | None:
-    """The pod went away after it was made, and the conversation with it: the Session fails
-    (SandboxLost)."""
+    """The pod went away after it was made. With an archive (the conversation is kept there
+    at every turn's admission and end) and restarts left, the Session resumes in a new pod
+    (Resumed); otherwise it fails (SandboxLost)."""
     old = inputs.old
     if inputs.pod_alive or not old.pod_name:
         return None
     if not (old.turns or old.ledger or old.phase != "Pending"):
         return None
-    lost = _failed(inputs, f"the sandbox pod {old.pod_name} was lost")
-    return SessionDecision(lost, "released", R.SANDBOX_LOST)
+    reason, how = lost_cause(inputs.pod)
+    limit = inputs.agent.spec.limits.max_restarts
+    if not inputs.settings.archives:
+        lost = _failed(inputs, f"the sandbox pod {old.pod_name} was lost")
+        return SessionDecision(lost, "released", R.SANDBOX_LOST)
+    if old.restarts >= limit:
+        text = (
+            f"the sandbox pod {old.pod_name} was lost ({how}) after {old.restarts} restarts, "
+            f"its Agent's spec.limits.maxRestarts"
+        )
+        return SessionDecision(_failed(inputs, text), "released", R.SANDBOX_LOST)
+    text = (
+        f"the sandbox pod {old.pod_name} was lost ({how}): the Session resumes in a new pod "
+        f"(restart {old.restarts + 1} of at most {limit})"
+    )
+    conds = set_condition(
+        old.conditions,
+        RESUMED,
+        "True",
+        reason,
+        text,
+        now=inputs.stamp,
+        generation=inputs.generation,
+    )
+    resumed = old.model_copy(
+        update={
+            "restarts": old.restarts + 1,
+            "pod_name": None,
+            "message": text,
+            "conditions": conds,
+        }
+    )
+    event = PlannedEvent("Warning", RESUMED, text)
+    return SessionDecision(resumed, "absent", R.RESUMING, requeue_after=1.0, events=(event,))
+
+
+def lost_cause(pod: dict[str, Any] | None) -> tuple[str, str]:
+    """How a pod was lost, as the Resumed condition's reason and in words."""
+    status = (pod or {}).get("status") or {}
+    if status.get("reason") == "NodeLost":
+        return R.NODE_LOST, "its node stopped answering"
+    if status.get("reason") == "Evicted":
+        return R.POD_EVICTED, f"evicted: {status.get('message') or 'node pressure'}"
+    return R.POD_DELETED, "deleted"
 
 
 def pod_terminating(inputs: SessionInputs) -> SessionDecision | None:

@@ -32,7 +32,7 @@ TURN_RUNAWAY = "TurnRunaway"  # the runaway watch stopped a turn (docs/ledger.md
 FAILED = "Failed"  # failed, no more specific reason known
 INVALID_SPEC = "InvalidSpec"  # the spec cannot work (names the field)
 OBJECT_IN_THE_WAY = "ObjectInTheWay"  # a Secret, policy or pod with the sandbox's name is not its
-SANDBOX_LOST = "SandboxLost"  # the pod went away mid-session
+SANDBOX_LOST = "SandboxLost"  # the pod went away mid-session (and it does not resume)
 BUDGET_EXCEEDED = "BudgetExceeded"  # the custodian's record says the budget is spent
 TURN_LIMIT_REACHED = "TurnLimitReached"  # no turn left (its own cap, or its parent's)
 
@@ -51,3 +51,10 @@ THAWED = "Thawed"  # the freeze was lifted (deleted or `frozen: false`)
 ARCHIVED = "Archived"  # written to the archive
 ARCHIVE_FAILED = "ArchiveFailed"  # not written by the deadline; the pod went anyway
 HISTORY_TOO_LARGE = "HistoryTooLarge"  # over --max-history-bytes: the record alone is archived
+
+# Resumed (docs/turns.md, "A lost pod"): the Session continues in a new pod after its pod was
+# lost; the reason says how it was lost, and Progressing says Resuming until the new pod serves.
+RESUMING = "Resuming"
+POD_DELETED = "PodDeleted"  # the pod was deleted (by a person, a drain's eviction, the GC)
+POD_EVICTED = "PodEvicted"  # the kubelet evicted it (node pressure)
+NODE_LOST = "NodeLost"  # its node stopped answering

@@ -48,6 +48,7 @@ def status_with_driver_state(
             "usage": usage if usage is not None else previous.usage,
             "evaluation_turns": state.evaluation_turns,
             "freeze_interruptions": state.freeze_interruptions,
+            "resume_interruptions": state.resume_interruptions,
             "output": state.output if state.output is not None else previous.output,
             "message": state.message,
             "answer": state.answer,

@@ -3,7 +3,8 @@ what the last pass learned (its pod's path, its ancestor chain, an object in the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import asyncio
+from collections.abc import Coroutine, Mapping
 from typing import Any, Protocol
 
 from corral_api.freeze import FrozenBy, covering_freeze
@@ -54,6 +55,16 @@ class LoopContext:
         self.wake = runtime.wakeup(namespace, name)
         # The Session and its ancestors as the last pass read them, for the freeze check.
         self.chain: list[dict[str, Any]] = []
+        # The address of the pod a resumed Session's conversation was restored into.
+        self.restored_into: str | None = None
+        # Work a pass started and does not wait for (archiving the log): kept referenced.
+        self._background: set[asyncio.Task[None]] = set()
+
+    def background(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` beside the loop; its task is kept until it ends."""
+        task = asyncio.create_task(work)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
 
     @property
     def pod_name(self) -> str:

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
+
 from corral_api.freeze import FREEZE_CAUSE, FrozenBy
 from corral_api.kinds import Agent, Session, SessionStatus
 from corral_api.wire import CustodianDelivery, CustodianUsage
@@ -19,14 +21,24 @@ from corral_common import logs
 from corral_kube import KubeError
 
 from ..custodianclient import read_delivery, read_usage
-from ..driver import AdmissionRejected, SessionDriver, children_report
+from ..driver import (
+    AdmissionRejected,
+    DriverState,
+    SessionDriver,
+    WireFault,
+    admission_attempt,
+    children_report,
+)
 from ..planning.children import may_have_children
 from ..planning.lineage import with_turn_cap
+from ..planning.patch import merge_patch
 from ..planning.session import PlannedEvent, SessionPlan, now_text
 from ..planning.turns import event_for
 from ..runtime import post_event
 from ..wireclient import WireClient
 from .context import LoopContext, StopFlag
+from .continuity import LogArchiver, Run, restore
+from .sandbox import resume_point
 from .store import BudgetExceededStop, SessionStatusStore
 from .wire import FreshAgentWire
 from .wiretoken import read_wire_token
@@ -40,7 +52,7 @@ def resumed_run_id(conversation: str, status: SessionStatus) -> str | None:
     """The run id of the turn in the ledger, as the driver minted it when it admitted it."""
     if status.ledger is None:
         return None
-    attempt = f"-f{status.freeze_interruptions}" if status.freeze_interruptions else ""
+    attempt = admission_attempt(DriverState.model_validate(status.wire()))
     return f"{conversation}.{status.ledger.turn}{attempt}"
 
 
@@ -68,7 +80,14 @@ async def drive(
     )
     store = _status_store(ctx, body, agent, plan, session, token)
     old = SessionStatus.model_validate(body.get("status") or {})
-    driver = _driver(ctx, body, agent, plan, session, client, store, old, children)
+    archiver = None
+    if ctx.rt.archive is not None:
+        run = Run(ctx.namespace, ctx.name, uid)
+        archiver = LogArchiver(ctx.rt.archive, run, client)
+        if old.restarts and ctx.restored_into != plan.pod_ip:
+            old = await _restore(ctx, body, run, client, old)
+            ctx.restored_into = plan.pod_ip
+    driver = _driver(ctx, body, agent, plan, session, client, store, old, children, archiver)
     key = (ctx.namespace, ctx.name)
     ctx.rt.drivers[key] = driver
     if plan.frozen_by is not None:  # re-attached only to stop the turn in flight
@@ -144,6 +163,7 @@ def _driver(
     store: SessionStatusStore,
     old: SessionStatus,
     children: list[dict[str, Any]] | None,
+    archiver: LogArchiver | None = None,
 ) -> SessionDriver:
     """The turn driver over the wire (the Agent read afresh at every admission) and the store,
     told how a parent's children ended when it waits for them."""
@@ -165,16 +185,19 @@ def _driver(
     report = None
     if old.phase == "WaitingForChildren":
         report = children_report(old.waiting_for, children or [], old.reported_children)
-    on_event = _event_sink(ctx, body, agent_ref)
+    on_event = _event_sink(ctx, body, agent_ref, archiver)
+    resume = resume_point(body)
     return SessionDriver(
-        wire, store, spec, session.spec, ctx.name, on_event, children_report=report
-    )
+        wire, store, spec, session.spec, ctx.name, on_event, children_report=report,
+        resumed_from=resume.revision if resume is not None else None,
+    )  # fmt: skip
 
 
 def _event_sink(
-    ctx: LoopContext, body: dict[str, Any], agent_ref: str
+    ctx: LoopContext, body: dict[str, Any], agent_ref: str, archiver: LogArchiver | None = None
 ) -> Callable[[dict[str, Any]], None]:
-    """What the driver's events become: Events on the Session, metrics, a line per turn."""
+    """What the driver's events become: Events on the Session, metrics, a line per turn, and
+    the conversation's log archived after each admission and settlement."""
     metrics = ctx.rt.metrics
     created = str(body["metadata"].get("creationTimestamp") or "")
 
@@ -183,11 +206,37 @@ def _event_sink(
         if planned is not None:
             post_event(body, planned)
         metrics.driver_event(ctx.namespace, agent_ref, event, created)
-        if event.get("source") == "driver" and event.get("type") == "settled":
+        if event.get("source") != "driver":
+            return
+        if event.get("type") == "settled":
             # In the driver's task: the line carries the run id (docs/observability.md).
             log.info("turn %s settled %s", event.get("turn"), event.get("status"))
+        if archiver is not None and event.get("type") in ("admitted", "settled"):
+            ctx.background(_archive_log(ctx, archiver))
 
     return on_event
+
+
+async def _archive_log(ctx: LoopContext, archiver: LogArchiver) -> None:
+    """Best effort: a catch-up that fails is made up by the next one."""
+    try:
+        await archiver.catch_up()
+    except (WireFault, OSError, ValueError, httpx.HTTPError) as err:
+        log.warning("session %s/%s: log not archived: %s", ctx.namespace, ctx.name, err)
+
+
+async def _restore(
+    ctx: LoopContext, body: dict[str, Any], run: Run, client: WireClient, old: SessionStatus
+) -> SessionStatus:
+    """The archived conversation into the resumed Session's new harness, before its driver;
+    the status as it then stands."""
+    lost = await restore(ctx.rt.archive, run, client, old) if ctx.rt.archive else None
+    if lost is None:
+        return old
+    status = body.get("status") or {}
+    await ctx.view.patch_status(merge_patch(status, lost.wire()))
+    body["status"] = {**status, **lost.wire()}
+    return lost
 
 
 async def _wind_down(

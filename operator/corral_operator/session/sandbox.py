@@ -15,10 +15,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from corral_api.kinds import Agent, Session
+from corral_api.kinds import Agent, Session, SessionStatus
 from corral_kube import Conflict, KubeRefused
 
-from ..builders.podbuilder import EGRESS_CREDENTIAL_KEY, SandboxManifests, build_sandbox
+from ..builders.podbuilder import (
+    EGRESS_CREDENTIAL_KEY,
+    ResumePoint,
+    SandboxManifests,
+    build_sandbox,
+)
 from ..kube import object_path
 from ..planning.lineage import Lineage
 from ..planning.session import PlannedEvent, SessionPlan, ownership, with_sandbox_refused
@@ -69,6 +74,8 @@ async def create_sandbox(
     wire_token, credential = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     egress_credential = secrets.token_urlsafe(32)  # the custodian's, for the egress gateway
 
+    resume = resume_point(body)
+
     def build(egress: str) -> SandboxManifests:
         return build_sandbox(
             the_agent,
@@ -78,6 +85,7 @@ async def create_sandbox(
             credential,
             budget=lineage.budget,
             egress_credential=egress,
+            resume=resume,
         )
 
     manifests = build(egress_credential)
@@ -95,15 +103,27 @@ async def create_sandbox(
         if kept is not None and kept != egress_credential:
             egress_credential = kept
             manifests = build(kept)
-    adopted = await adopt_pooled_pod(
-        rt, the_agent, session, wire_token, credential, lineage.budget, egress_credential
-    )
+    # A warm pod is checked out at the starting ref with a fresh record: never a resumed one's.
+    adopted = None
+    if resume is None:
+        adopted = await adopt_pooled_pod(
+            rt, the_agent, session, wire_token, credential, lineage.budget, egress_credential
+        )
     if adopted is not None:
         rt.metrics.pods_started.labels(ctx.namespace, "warm").inc()
         return adopted
     if await create_ours(ctx, manifests.pod, uid, remember=True):
         rt.metrics.pods_started.labels(ctx.namespace, "cold").inc()
     return None
+
+
+def resume_point(body: dict[str, Any]) -> ResumePoint | None:
+    """Where a Session that lost its pod resumes: its delivered revision and its usage."""
+    status = SessionStatus.model_validate(body.get("status") or {})
+    if not status.restarts:
+        return None
+    revision = status.delivery.revision if status.delivery is not None else None
+    return ResumePoint(revision=revision, usage=status.usage)
 
 
 async def _kept_egress_credential(ctx: LoopContext, secret: dict[str, Any]) -> str | None:

@@ -19,7 +19,7 @@ def test_session_rows_are_kubectl_shaped() -> None:
     table = rows("Session", items, 0.0, wide=True, namespaces=True)
     assert table[0][:3] == ["NAMESPACE", "NAME", "AGENT"] and table[0][-1] == "AGE"
     assert [r[1] for r in table[1:]] == ["a", "b"]
-    assert table[2][2:9] == ["coder", "Running", "2", "", "", "0.5", ""]
+    assert table[2][2:10] == ["coder", "Running", "2", "", "", "", "0.5", ""]
     assert table[1][3] == ""  # no phase yet: an empty cell, as kubectl shows the column
 
 

@@ -321,3 +321,28 @@ def test_bad_environment_is_refused_with_a_reason(env: dict[str, str], fragment:
         base = {}  # these cases are about the credential and the Agent themselves
     with pytest.raises(SettingsError, match=fragment):
         from_env(base | env)
+
+
+def test_a_resumed_sessions_record_starts_from_what_it_had_spent(tmp_path: Path) -> None:
+    from corral_custodian._usage_store import UsageStore
+
+    env = {
+        "CORRAL_CUSTODIAN_INSECURE": "1",
+        "CORRAL_AGENT_SPEC_JSON": '{"identity":"x","model":"m"}',
+        "CORRAL_BUDGET_TOKENS": "1000",
+        "CORRAL_USAGE_SEED": '{"input": 700, "output": 90, "cacheRead": 5, "cacheWrite": 10, '
+        '"cost": 0.25}',
+    }
+    settings = from_env(env)
+    store = UsageStore(None, settings.usage_seed)
+    assert (store.totals.tokens, store.totals.cost) == (800, 0.25)
+    # 800 of 1,000 spent in the lost pod: the new pod's budget holds at the same cap.
+    assert remaining(settings.budget, store.totals, Held(), Held()).tokens == 200
+    assert budget_refusal(store.totals, Budget(tokens=800)) is not None  # spent across pods
+    kept = UsageStore(tmp_path, settings.usage_seed)
+    kept.settle(kept.reserve(CallUsage(model="m")), CallUsage(model="m", input=1))
+    # A custodian restarted in the same pod reads its own record, which includes the seed.
+    assert UsageStore(tmp_path, None).totals.input == 701
+    for bad in ('{"input": -1}', "not json", "[1]"):
+        with pytest.raises(SettingsError, match="CORRAL_USAGE_SEED"):
+            from_env(env | {"CORRAL_USAGE_SEED": bad})

@@ -61,6 +61,7 @@ class StandInHarness:
     admissions: list[dict[str, Any]] = field(default_factory=list)
     aborts: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[dict[str, Any] | None] = field(default_factory=list)
 
     def _emit(self, sub: str, kind: str, **fields: Any) -> None:
         self.events.append(
@@ -79,7 +80,9 @@ class StandInHarness:
                 self._emit(sub, event["type"], **{k: v for k, v in event.items() if k != "type"})
             if self.settle[index] != "on_abort":
                 text = self.texts[index] if index < len(self.texts) else ""
-                self._emit(sub, "settled", status=self.settle[index], text=text)
+                error = self.errors[index] if index < len(self.errors) else None
+                extra = {"error": error} if error else {}
+                self._emit(sub, "settled", status=self.settle[index], text=text, **extra)
             return httpx.Response(
                 200,
                 json={
@@ -223,3 +226,41 @@ async def test_a_substring_guard_reads_the_settled_text() -> None:
     async with wire.client() as client:
         outcome = await SessionDriver(client, MemoryStore(), AGENT, spec, "c1").run()
     assert outcome.phase == "Succeeded" and outcome.turns == 2 and outcome.text == "ALL DONE"
+
+
+@pytest.mark.parametrize("lost", ["sandbox_lost", "harness_stopped"])
+async def test_a_turn_its_lost_pod_cut_short_is_admitted_again_once_with_a_note(lost: str) -> None:
+    wire = StandInHarness(
+        turns=[[], []],
+        settle=["failed", "completed"],
+        errors=[{"type": lost, "message": "the pod went"}, None],
+    )
+    store = MemoryStore()
+    async with wire.client() as client:
+        driver = SessionDriver(client, store, AGENT, session(), "c1", resumed_from="a" * 40)
+        outcome = await driver.run()
+    assert outcome.phase == "Succeeded" and outcome.turns == 1  # the lost attempt is no turn
+    first, again = wire.admissions
+    assert first["idempotencyKey"] == "turn-1" and again["idempotencyKey"] == "turn-1-resume-1"
+    assert again["turn"] == 1 and again["runId"] == "c1.1-resume-1"
+    assert "sandbox pod it ran in was lost" in again["message"]
+    assert "aaaaaaaaaaaa" in again["message"]  # the revision the workspace is back at
+    assert store.saved[-1].resume_interruptions == 1
+
+
+async def test_a_turn_lost_before_its_admission_was_archived_is_admitted_again() -> None:
+    # What `continuity.restore` writes when the ledger's admission is not in the archive.
+    from corral_api.kinds import SettlementRecord
+
+    lost = SettlementRecord(
+        submission_id="gone", status="failed", turn=2,
+        error="sandbox_lost: the sandbox pod was lost before this turn's admission was archived",
+    )  # fmt: skip
+    state = DriverState(phase="Running", turns=1, last_settlement=lost, resume_interruptions=1)
+    wire = StandInHarness(turns=[[]], settle=["completed"])
+    async with wire.client() as client:
+        outcome = await SessionDriver(client, MemoryStore(state), AGENT, session(), "c1").run()
+    assert outcome.phase == "Succeeded" and outcome.turns == 2
+    (again,) = wire.admissions
+    assert again["turn"] == 2 and again["idempotencyKey"] == "turn-2-resume-1"
+    assert "the starting ref (nothing had been delivered)" in again["message"]

@@ -17,7 +17,7 @@ import pytest
 
 from corral_operator.archive import build_record
 from corral_operator.archive.s3 import S3Archive, S3Error
-from corral_operator.archive.store import FileArchive
+from corral_operator.archive.store import ArchiveTooLarge, FileArchive
 
 from ..._moto_s3 import MotoS3, moto_s3
 
@@ -147,3 +147,28 @@ def test_the_operator_flags_choose_the_s3_store(
         with pytest.raises(SystemExit):
             parse_args([*base, *bad])
         assert why in capsys.readouterr().err
+
+
+def test_both_backends_keep_a_conversation_log_that_grows_in_chunks(
+    s3: MotoS3, tmp_path: Path
+) -> None:
+    s3_store = S3Archive(s3.url, "corral-archive", "us-east-1", s3.credentials)
+    stores: list[S3Archive | FileArchive] = [s3_store, FileArchive(tmp_path)]
+    for store in stores:
+        assert store.read_log("agents", "grows", "u-6") == (b"", 0)
+        store.write_log("agents", "grows", "u-6", 0, 2, b'{"k":"sub"}\n{"k":"ev"}\n')
+        store.write_log("agents", "grows", "u-6", 2, 3, b'{"k":"tx"}\n')
+        store.write_log("agents", "grows", "u-6", 2, 3, b'{"k":"tx"}\n')  # a retry: read once
+        store.write_log("agents", "grows", "u-6", 5, 6, b'{"k":"after a gap"}\n')
+        data, after = store.read_log("agents", "grows", "u-6")
+        assert (data, after) == (b'{"k":"sub"}\n{"k":"ev"}\n{"k":"tx"}\n', 3), store
+        # The final archive of the run leaves the log where it is.
+        store.write("agents", "grows", "u-6", _record("u-6", "2026-01-06T00:00:00Z", []), [])
+        assert store.read_log("agents", "grows", "u-6")[1] == 3
+        assert store.read("agents", "grows") is not None
+    # A log past the read cap is refused, not read whole.
+    big = FileArchive(tmp_path, max_bytes=200)
+    big.write_log("agents", "grows", "u-7", 0, 1, b"x" * 150 + b"\n")
+    big.write_log("agents", "grows", "u-7", 1, 2, b"y" * 150 + b"\n")
+    with pytest.raises(ArchiveTooLarge):
+        big.read_log("agents", "grows", "u-7")

@@ -153,6 +153,46 @@ def test_lost_pod_after_turns_fails_the_session() -> None:
     assert not plan.create_sandbox
 
 
+ARCHIVING = OperatorSettings(archive_dir="/var/lib/corral/archive")
+
+
+def test_with_an_archive_a_lost_pod_resumes_the_session_in_a_new_pod() -> None:
+    ledger = {"streamUrl": "/s", "offset": 7, "submissionId": "sub_1", "turn": 2}
+    status = {"phase": "Running", "podName": "corral-fix-bug", "turns": 1, "ledger": ledger}
+    plan = plan_session(session_body(status=status), agent_body(), None, ARCHIVING, NOW)
+    assert plan.status["phase"] == "Running" and plan.status["restarts"] == 1
+    assert plan.status["ledger"]["submissionId"] == "sub_1"  # the turn is resumed, not dropped
+    assert "podName" not in plan.status  # the next pass makes the new pod
+    resumed = _cond(plan.status, "Resumed")
+    assert resumed["status"] == "True" and resumed["reason"] == "PodDeleted"
+    assert "restart 1 of at most 3" in resumed["message"]
+    assert _cond(plan.status, "Progressing")["reason"] == "Resuming"
+    assert [e.reason for e in plan.events][:1] == ["Resumed"]
+    # The next pass, the old pod gone: a new sandbox.
+    after = merge_patch(status, plan.status)
+    again = plan_session(session_body(status=after), agent_body(), None, ARCHIVING, NOW)
+    assert again.create_sandbox and again.status["restarts"] == 1
+
+
+def test_a_lost_pod_past_max_restarts_or_an_evicted_one_says_so() -> None:
+    status = {"phase": "Running", "podName": "corral-fix-bug", "turns": 1, "restarts": 1}
+    agent = agent_body(limits={"maxRestarts": 1})
+    plan = plan_session(session_body(status=status), agent, None, ARCHIVING, NOW)
+    assert plan.status["phase"] == "Failed"
+    assert _cond(plan.status, "Failed")["reason"] == "SandboxLost"
+    assert "after 1 restarts, its Agent's spec.limits.maxRestarts" in plan.status["message"]
+    never = plan_session(
+        session_body(status={**status, "restarts": 0}),
+        agent_body(limits={"maxRestarts": 0}), None, ARCHIVING, NOW,
+    )  # fmt: skip
+    assert never.status["phase"] == "Failed"
+    evicted = sandbox_pod(True, deleting=True)
+    evicted["status"].update(reason="Evicted", message="The node was low on memory.")
+    plan = plan_session(session_body(status=status), agent_body(), evicted, ARCHIVING, NOW)
+    assert _cond(plan.status, "Resumed")["reason"] == "PodEvicted"
+    assert "low on memory" in plan.status["message"]
+
+
 def test_terminating_pod_of_an_earlier_life_is_waited_out() -> None:
     plan = plan_session(
         session_body(), agent_body(), sandbox_pod(True, deleting=True), SETTINGS, NOW
