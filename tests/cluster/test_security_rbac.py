@@ -418,6 +418,12 @@ def test_the_chart_renders_with_defaults_and_refuses_bad_values(
             "Role",
             "RoleBinding",
             "NetworkPolicy",  # the operator's own (operator.networkPolicy)
+            # `corral logs` through the API server's service proxy: get on the reader's Service
+            # (bound only to archive.proxySubjects, none by default).
+            "Role",
+            # Leader election (ADR 0103): the one Lease the operator's replicas share.
+            "Role",
+            "RoleBinding",
         ]
     )
     deployment = next(

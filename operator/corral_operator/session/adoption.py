@@ -50,6 +50,8 @@ from ..settings import OperatorSettings
 log = logging.getLogger("corral.operator.pool")
 
 ADOPT_TIMEOUT = httpx.Timeout(300.0, connect=5.0)  # the harness's adopt includes the checkout
+ADOPT_CONNECT_SECONDS = 15.0  # how long a refused connection to a just-claimed pod is retried
+ADOPT_CONNECT_RETRY = 0.25
 
 
 class AdoptRefused(Exception):
@@ -272,10 +274,21 @@ async def _adopt(
     key: str,
     request: HarnessAdoptRequest | CustodianAdoptRequest,
 ) -> None:
-    response = await client.post(
-        url,
-        content=request.model_dump_json(by_alias=True),
-        headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
-    )
+    # The claim just relabelled the pod into its Session's NetworkPolicy, which the network
+    # programs asynchronously (kube-router, Calico): a connection may be refused for a moment.
+    # A connection that was never made spent no key, so it is tried again, for a while.
+    deadline = asyncio.get_running_loop().time() + ADOPT_CONNECT_SECONDS
+    while True:
+        try:
+            response = await client.post(
+                url,
+                content=request.model_dump_json(by_alias=True),
+                headers={"authorization": f"Bearer {key}", "content-type": "application/json"},
+            )
+            break
+        except httpx.ConnectError:
+            if asyncio.get_running_loop().time() >= deadline:
+                raise
+            await asyncio.sleep(ADOPT_CONNECT_RETRY)
     if response.status_code != 200:
         raise AdoptRefused(f"{url}: {response.status_code} {response.text[:500]}")

@@ -314,22 +314,39 @@ def test_an_unexpected_failure_is_one_line_and_the_traceback_is_there_on_demand(
     assert debug.returncode == 2 and "Traceback (most recent call last)" in debug.stderr
 
 
-def test_ctrl_c_in_a_cluster_command_is_exit_130_without_a_traceback(
-    tmp_path: Path, stand_ins: dict[int, str]
-) -> None:
-    """`corral evidence check --wait` polls an empty namespace until Ctrl-C."""
-    env = _env(tmp_path, KUBECONFIG=str(_kubeconfig(tmp_path / "kc", stand_ins[200])))
+class _CountingAnswers(_StatusAnswers):
+    """Empty lists, and a count of the requests answered (the server's `asked` event)."""
+
+    def _answer(self) -> None:
+        super()._answer()
+        self.server.asked.set()  # type: ignore[attr-defined]
+
+    do_GET = _answer
+
+
+def test_ctrl_c_in_a_cluster_command_is_exit_130_without_a_traceback(tmp_path: Path) -> None:
+    """`corral evidence check --wait` polls an empty namespace until Ctrl-C, sent once it has
+    asked the API server (not after a fixed sleep: a loaded machine takes seconds to start)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _CountingAnswers)
+    server.code = 200  # type: ignore[attr-defined]
+    asked = server.asked = threading.Event()  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    env = _env(tmp_path, KUBECONFIG=str(_kubeconfig(tmp_path / "kc", url)))
     argv = ["evidence", "check", "--repo", "r", "--revision", REVISION, "--wait", "10m"]
     process = subprocess.Popen([*corral_argv(), *argv], env=env, cwd=tmp_path, text=True,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
     try:
-        time.sleep(3)  # started, asked, waiting for the next poll
+        assert asked.wait(120), "the command never asked the API server"
+        time.sleep(0.5)  # answered: waiting for its next poll
         assert process.poll() is None
         process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=30)
+        _, err = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
             process.kill()
+        server.shutdown()
+        server.server_close()
     assert process.returncode == 130, err
     assert "Traceback" not in err and err.strip() == "corral evidence: interrupted", err
 
