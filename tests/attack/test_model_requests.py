@@ -212,7 +212,7 @@ def test_a_key_given_twice_is_refused_and_nothing_reaches_the_provider(
          {}, "'messages[0].content[0].source.type' is 'file'"),
         ({"messages": [{"role": "user", "content": [
             {"type": "text", "text": "hi", "citations": [{"type": "web_search_result_location"}]}
-        ]}]}, {}, "'messages[0].content[0].citations' is not allowed"),
+        ]}]}, {}, "'messages[0].content[0].citations[0].type' is 'web_search_result_location'"),
         ({"container": "container_1"}, {}, "'container' is not allowed"),
         ({"tools": [{"type": "code_execution_20250522", "name": "code_execution"}]}, {},
          "server tool 'code_execution_20250522' is not allowed"),

@@ -217,7 +217,7 @@ def test_a_finished_session_is_read_after_its_pod_is_gone(
     assert header.split() == ["NAME", "AGENT", "PHASE", "TURNS", "RESTARTS", "OUTCOME", "FROZEN",
                               "WAKES", "AGE"]  # the CRD's printer columns  # fmt: skip
     row = next(r.split() for r in rows if r.startswith(name))
-    assert row[1:5] == ["hist-coder", "Succeeded", "1", "success"]
+    assert row[1:6] == ["hist-coder", "Succeeded", "1", "0", "success"]
     listed = json.loads(archiving.corral("get", "sessions", "-o", "json").stdout)
     assert listed["kind"] == "List" and [i["metadata"]["name"] for i in listed["items"]] == [name]
     one = yaml.safe_load(archiving.corral("get", "session", name, "-o", "yaml").stdout)

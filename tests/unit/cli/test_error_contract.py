@@ -314,6 +314,10 @@ def test_an_unexpected_failure_is_one_line_and_the_traceback_is_there_on_demand(
     assert debug.returncode == 2 and "Traceback (most recent call last)" in debug.stderr
 
 
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class _CountingAnswers(_StatusAnswers):
     """Empty lists, and a count of the requests answered (the server's `asked` event)."""
 
@@ -334,8 +338,12 @@ def test_ctrl_c_in_a_cluster_command_is_exit_130_without_a_traceback(tmp_path: P
     url = f"http://127.0.0.1:{server.server_address[1]}"
     env = _env(tmp_path, KUBECONFIG=str(_kubeconfig(tmp_path / "kc", url)))
     argv = ["evidence", "check", "--repo", "r", "--revision", REVISION, "--wait", "10m"]
+    # As a terminal starts it: Ctrl-C's signal at its default. A job a non-interactive shell
+    # started in the background (`make test`'s path test) inherits SIGINT ignored, and a
+    # Python started with SIGINT ignored leaves it so: the Ctrl-C would never arrive.
     process = subprocess.Popen([*corral_argv(), *argv], env=env, cwd=tmp_path, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               preexec_fn=_default_sigint)  # fmt: skip
     try:
         assert asked.wait(120), "the command never asked the API server"
         time.sleep(0.5)  # answered: waiting for its next poll
