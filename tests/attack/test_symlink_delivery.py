@@ -113,7 +113,14 @@ def _plant_step(location: str, target: str, label: str) -> str:
     )
 
 
-def _custodian_pid(session: str) -> int | None:
+def _custodian_pid(session: str, namespace: str) -> int | None:
+    """The custodian of this namespace's Session: the name alone is not enough, since the real
+    node's tier (run beside this one) has a Session of the same name whose custodian is a
+    process of this machine too."""
+    wanted = (
+        f"CORRAL_SESSION_NAME={session}\0".encode(),
+        f"CORRAL_SESSION_NAMESPACE={namespace}\0".encode(),
+    )
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
@@ -122,9 +129,7 @@ def _custodian_pid(session: str) -> int | None:
             environ = (proc / "environ").read_bytes()
         except OSError:
             continue
-        if b"corral-custodian" in cmdline and f"CORRAL_SESSION_NAME={session}\0".encode() in (
-            environ
-        ):
+        if b"corral-custodian" in cmdline and all(w in environ for w in wanted):
             return int(proc.name)
     return None
 
@@ -193,7 +198,7 @@ def test_symlinks_to_the_custodians_credentials_leak_nothing_through_push_or_del
     assert all(len(v) >= 8 for v in secrets.values()), secrets
 
     # The custodian cannot open the workspace: it is not in its mount namespace at all.
-    pid = wait_for("the custodian process", lambda: _custodian_pid(name), 60)
+    pid = wait_for("the custodian process", lambda: _custodian_pid(name, operator.namespace), 60)
     workspace = vols / "workspace"
     assert (workspace / ".git").exists()
     assert not os.path.lexists(f"/proc/{pid}/root{workspace}/.git")
