@@ -122,7 +122,6 @@ class LeaseElector:
         self.identity, self.terms, self._clock = identity, terms, clock
         self.holder = ""  # the holder as last seen (for the standby's readiness answer)
         self._seen: Seen | None = None
-        self._lease: dict[str, Any] | None = None  # as last written by this process
 
     @property
     def path(self) -> str:
@@ -153,10 +152,10 @@ class LeaseElector:
             return False
         try:
             if move == "create":
-                self._lease = await self._create()
+                await self._create()
             else:
                 assert lease is not None
-                self._lease = await self._write(lease, taking=True)
+                await self._write(lease, taking=True)
         except (Conflict, NotFound):
             return False  # another process wrote it first: look again at the next try
         except KubeError as e:
@@ -189,7 +188,7 @@ class LeaseElector:
         if current is None or holder != self.identity:
             raise LostLeadership(f"the lease is held by {holder or 'nobody'} now")
         try:
-            self._lease = await self._write(current, taking=False)
+            await self._write(current, taking=False)
         except Conflict as e:
             raise LostLeadership(f"the lease changed under this leader: {e}") from e
 
@@ -207,7 +206,7 @@ class LeaseElector:
         except KubeError as e:
             log.warning("leader election: releasing lease %s failed: %s", self.path, e)
 
-    async def _create(self) -> dict[str, Any]:
+    async def _create(self) -> None:
         now = micro_time()
         body = {
             "apiVersion": "coordination.k8s.io/v1",
@@ -221,12 +220,11 @@ class LeaseElector:
                 "leaseTransitions": 0,
             },
         }
-        created = await self.client.request(
-            "POST", f"{LEASE_API}/namespaces/{self.namespace}/leases", body=body
+        await self.client.request(
+            "POST", f"{LEASE_API}/namespaces/{self.namespace}/leases", body=body, answer=False
         )
-        return dict(created)
 
-    async def _write(self, lease: dict[str, Any], *, taking: bool) -> dict[str, Any]:
+    async def _write(self, lease: dict[str, Any], *, taking: bool) -> None:
         """PUT with the read resourceVersion: a concurrent writer makes this a Conflict."""
         spec = dict(lease.get("spec") or {})
         now = micro_time()
@@ -238,8 +236,7 @@ class LeaseElector:
             leaseDurationSeconds=int(self.terms.duration),
             renewTime=now,
         )
-        written = await self.client.request("PUT", self.path, body={**lease, "spec": spec})
-        return dict(written)
+        await self.client.request("PUT", self.path, body={**lease, "spec": spec}, answer=False)
 
 
 async def _call(callback: Callable[[str], Awaitable[None] | None], why: str) -> None:

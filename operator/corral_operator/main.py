@@ -432,14 +432,18 @@ def _lease(text: str) -> tuple[str, str]:
 def _election(args: argparse.Namespace) -> Election | None:
     if args.leader_elect_lease is None:
         return None
-    terms = LeaseTerms(
+    namespace, name = args.leader_elect_lease
+    identity = f"{args.leader_elect_identity}_{secrets.token_hex(4)}"
+    return Election(namespace, name, identity, _lease_terms(args))
+
+
+def _lease_terms(args: argparse.Namespace) -> LeaseTerms:
+    """The flags' terms; ValueError when a leader could not stop before a standby leads."""
+    return LeaseTerms(
         duration=args.leader_elect_lease_duration,
         renew_deadline=args.leader_elect_renew_deadline,
         retry_period=args.leader_elect_retry_period,
     )
-    namespace, name = args.leader_elect_lease
-    identity = f"{args.leader_elect_identity}_{secrets.token_hex(4)}"
-    return Election(namespace, name, identity, terms)
 
 
 def _add_logging_args(parser: argparse.ArgumentParser) -> None:
@@ -472,11 +476,7 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
         parser.error("--fs-group must be a group of its own, not one of the three uids")
     if args.leader_elect_lease is not None:
         try:
-            LeaseTerms(
-                args.leader_elect_lease_duration,
-                args.leader_elect_renew_deadline,
-                args.leader_elect_retry_period,
-            )
+            _lease_terms(args)
         except ValueError as e:
             parser.error(str(e))
     if args.archive_s3_endpoint:

@@ -29,8 +29,6 @@ from corral_api.kinds import SessionPhase, Usage
 from .kopfext.collector import PAUSES
 
 PHASES: tuple[str, ...] = get_args(SessionPhase)
-LEADER_METRIC = "corral_operator_leader"
-LEADER_HELP = "1 on the replica that leads (drives Sessions), 0 on a standby (ADR 0103)."
 # Reconcile passes take milliseconds; a pass that reads many children or Freezes, seconds.
 _RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 # An admission is one wire call; the first admission after `kubectl apply` includes the pod.
@@ -131,8 +129,13 @@ class OperatorMetrics:
         # The API adapter's write slots, (waiting, sending), once the operator has connected.
         self.write_slots: Callable[[], tuple[int, int]] | None = None
         r.register(_StateCollector(self))
-        # This replica leads whenever these metrics are served (a standby serves its own).
-        self.leader = Gauge(LEADER_METRIC, LEADER_HELP, ["identity"], registry=r)
+        # 1 where kopf runs (the leader), 0 on a standby (standby.py sets it).
+        self.leader = Gauge(
+            "corral_operator_leader",
+            "1 on the replica that leads (drives Sessions), 0 on a standby (ADR 0103).",
+            ["identity"],
+            registry=r,
+        )
         self.settlements = Counter(
             "corral_turn_settlements",
             "Turns settled, by namespace, Agent and settlement status.",

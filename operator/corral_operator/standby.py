@@ -13,13 +13,12 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from aiohttp import web
-from prometheus_client import CollectorRegistry, Gauge, start_http_server
 
 from .archive.server import RunningReader, start_archive_reader
 from .archive.store import ArchiveStore
 from .kube import Kube
 from .leadership import LeaseElector
-from .metrics import LEADER_HELP, LEADER_METRIC
+from .metrics import OperatorMetrics
 from .session.wiretoken import read_wire_token
 
 log = logging.getLogger("corral.operator.standby")
@@ -75,16 +74,14 @@ async def _serve_liveness(url: str, elector: LeaseElector) -> web.AppRunner:
 
 
 def _serve_metrics(address: str, identity: str) -> Callable[[], Awaitable[None]]:
-    """`/metrics` with the one series a standby has; its stop."""
-    registry = CollectorRegistry()
-    Gauge(LEADER_METRIC, LEADER_HELP, ["identity"], registry=registry).labels(identity).set(0)
-    host, _, port = address.rpartition(":")
-    server, thread = start_http_server(int(port), host or "0.0.0.0", registry=registry)
+    """The operator's `/metrics`, as a standby has them (no Session seen, the leader gauge at
+    0); its stop."""
+    metrics = OperatorMetrics()
+    metrics.leader.labels(identity).set(0)
+    metrics.serve(address)
 
     async def stop() -> None:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=5)
+        metrics.close()
 
     return stop
 

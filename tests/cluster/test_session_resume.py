@@ -76,14 +76,39 @@ def _texts(request: dict[str, Any]) -> str:
     return str(request["body"]["messages"])
 
 
+def _chunks_holding(archive: Path, text: str) -> list[Path]:
+    return [c for c in archive.glob(".conversation-*/*.ndjson") if text in c.read_text()]
+
+
+def _cut_before(runs: Path, submission: str) -> None:
+    """The archived log without the admission of `submission` and what followed it (as if the
+    pod had gone just before the catch-up): the chunk holding it is cut there and renamed for
+    the records it keeps, later chunks removed."""
+    chunks = sorted(runs.glob(".conversation-*/*.ndjson"))  # their names sort by first record
+    marker = f'"id":"{submission}"'
+    holder = next(c for c in chunks if any(
+        '"k":"sub"' in line and marker in line for line in c.read_text().splitlines()))  # fmt: skip
+    for later in chunks[chunks.index(holder) :]:
+        lines = later.read_text().splitlines(keepends=True)
+        later.unlink()
+        if later == holder:
+            at = next(i for i, line in enumerate(lines) if marker in line)
+            start = int(later.name.split("-")[0])
+            if at:
+                kept = later.with_name(f"{start:012d}-{start + at:012d}.ndjson")
+                kept.write_text("".join(lines[:at]))
+
+
+@pytest.mark.parametrize("archived", ["admission-archived", "admission-lost"])
 def test_a_session_whose_pod_is_deleted_mid_turn_resumes_and_succeeds_with_its_work(
     operator: OperatorHandle,
     scripted_model: ScriptedModelHandle,
     remote: tuple[str, Path],
     archive_dir: Path,
+    archived: str,
 ) -> None:
     url, bare = remote
-    name = f"{operator.namespace}-resume"
+    name = f"{operator.namespace}-{archived}"
     write_one = {"tool_use": {"name": "bash", "input": {"command": "echo one > ONE.md"}}}
     scripted_model.load({"conversations": {name: [
         write_one,
@@ -105,11 +130,12 @@ def test_a_session_whose_pod_is_deleted_mid_turn_resumes_and_succeeds_with_its_w
     first = operator.session_status(name)
     delivered = first["delivery"]["revision"]
     assert "ONE.md" in _branch_files(bare, f"corral/{name}")
-    # The admission reached the archive (its log chunks) before the pod goes.
-    wait_for(
-        "the admission archived",
-        lambda: any((archive_dir / operator.namespace / name).glob(".conversation-*/*.ndjson")),
-    )
+    # Turn 2's admission reached the archive (a log chunk) before the pod goes; or, for the
+    # second case, its chunk is removed, as if the pod had gone before the catch-up.
+    runs = archive_dir / operator.namespace / name
+    wait_for("turn 2's admission archived", lambda: _chunks_holding(runs, ledger["submissionId"]))
+    if archived == "admission-lost":
+        _cut_before(runs, ledger["submissionId"])
     old_pod = operator.get("pod", f"corral-{name}")
     assert old_pod is not None
     operator.cp.kubectl("delete", "pod", f"corral-{name}", "-n", operator.namespace,
@@ -144,6 +170,8 @@ def test_a_session_whose_pod_is_deleted_mid_turn_resumes_and_succeeds_with_its_w
     # The new harness was given the archived conversation: the turn in flight settled there.
     logs = operator.logs()
     assert "conversation restored in the new pod" in logs, logs[-3000:]
+    interrupted = "interrupted: none" if archived == "admission-lost" else "interrupted: sub_"
+    assert interrupted in logs, logs[-3000:]
     # The lost pod's model call is still held at the scripted model: let it end there, so the
     # model server stops at once when its fixture ends.
     time.sleep(max(0.0, DELAY + 1 - (time.monotonic() - deleted)))

@@ -43,6 +43,7 @@ from .store import (
     ArchiveTooLarge,
     checked_names,
     joined_log,
+    log_chain,
     log_chunk_name,
 )
 
@@ -260,8 +261,15 @@ class S3Archive:
         def reader(key: str) -> Callable[[], bytes]:
             return lambda: bytes(self._get(key, f"log of {run}") or b"")
 
-        chunks = [(key[len(prefix) :], reader(key)) for key in self._list(prefix)]
+        chunks = {key[len(prefix) :]: reader(key) for key in self._list(prefix)}
         return joined_log(chunks, self.max_bytes, f"conversation log of {run}")
+
+    def log_end(self, namespace: str, name: str, uid: str) -> int:
+        """The index after the archived log's last record, from one listing of its keys."""
+        checked_names(namespace, name, uid)
+        prefix = self._key(namespace, name, uid, "conversation/")
+        chain = log_chain(key[len(prefix) :] for key in self._list(prefix))
+        return chain[-1][1] if chain else 0
 
     def _load(self, namespace: str, name: str, uid: str) -> ArchivedSession | None:
         run = f"{namespace}/{name}/{uid}"

@@ -16,7 +16,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -43,6 +43,8 @@ class ArchiveStore(Protocol):
 
     def read_log(self, namespace: str, name: str, uid: str) -> tuple[bytes, int]: ...
 
+    def log_end(self, namespace: str, name: str, uid: str) -> int: ...
+
 
 # The conversation's durable log, archived as it grows (docs/turns.md, "A lost pod"): records
 # [start, end) of the harness's log as one object each, named so that they sort in order.
@@ -50,21 +52,31 @@ def log_chunk_name(start: int, end: int) -> str:
     return f"{start:012d}-{end:012d}.ndjson"
 
 
-def joined_log(
-    chunks: list[tuple[str, Callable[[], bytes]]], limit: int, what: str
-) -> tuple[bytes, int]:
-    """The chunks' records from 0 on, as far as they run on without a gap (a chunk written
-    twice, by a retry, is read once), and the index after the last; refused past `limit`."""
+def log_chain(leaves: Iterable[str]) -> list[tuple[str, int]]:
+    """The chunks whose records run on from 0 without a gap (a chunk written twice, by a
+    retry, counted once), in order, each with the index after its last record."""
     spans = []
-    for leaf, read in chunks:
+    for leaf in leaves:
         match = _CHUNK.fullmatch(leaf)
         if match is not None:
-            spans.append((int(match[1]), int(match[2]), read))
-    data, at = bytearray(), 0
-    for start, end, read in sorted(spans, key=lambda span: (span[0], -span[1])):
+            spans.append((int(match[1]), int(match[2]), leaf))
+    chain, at = [], 0
+    for start, end, leaf in sorted(spans, key=lambda span: (span[0], -span[1])):
         if start != at or end <= start:
             continue  # a duplicate or an overlap of what was joined, or after a gap
-        data += read()
+        chain.append((leaf, end))
+        at = end
+    return chain
+
+
+def joined_log(
+    chunks: Mapping[str, Callable[[], bytes]], limit: int, what: str
+) -> tuple[bytes, int]:
+    """The records of the chunks' chain (`log_chain`) and the index after the last; refused
+    past `limit`."""
+    data, at = bytearray(), 0
+    for leaf, end in log_chain(chunks):
+        data += chunks[leaf]()
         if len(data) > limit:
             raise ArchiveTooLarge(what, limit)
         at = end
@@ -182,8 +194,15 @@ class FileArchive:
         def reader(path: Path) -> Callable[[], bytes]:
             return lambda: read_file_capped(path, self.max_bytes, f"log of {run}")
 
-        chunks = [(path.name, reader(path)) for path in where.iterdir()]
+        chunks = {path.name: reader(path) for path in where.iterdir()}
         return joined_log(chunks, self.max_bytes, f"conversation log of {run}")
+
+    def log_end(self, namespace: str, name: str, uid: str) -> int:
+        """The index after the archived log's last record, from the chunks' names alone."""
+        checked_names(namespace, name, uid)
+        where = self._log_dir(namespace, name, uid)
+        chain = log_chain(p.name for p in where.iterdir()) if where.is_dir() else []
+        return chain[-1][1] if chain else 0
 
     def _load(self, where: Path) -> ArchivedSession | None:
         run = "/".join(where.parts[-3:])

@@ -53,13 +53,12 @@ class LogArchiver:
         """Archive the records written since the last catch-up; how many."""
         run = self._run
         async with self._lock:
-            if self._next is None:
-                _, known = await asyncio.to_thread(
-                    self._store.read_log, run.namespace, run.name, run.uid
+            if self._next is None:  # a new pass's first catch-up: the chunks' names say
+                start = await asyncio.to_thread(
+                    self._store.log_end, run.namespace, run.name, run.uid
                 )
             else:
-                known = self._next
-            start: int = known
+                start = self._next
             data, after = await self._client.read_log(run.name, start)
             if after > start:
                 await asyncio.to_thread(
@@ -115,7 +114,7 @@ def _admitted_in(records: bytes, submission_id: str) -> bool:
         if (
             isinstance(record, dict)
             and record.get("k") == "sub"
-            and record.get("id") == (submission_id)
+            and record.get("id") == submission_id
         ):
             return True
     return False

@@ -31,7 +31,6 @@ from ..driver import (
 )
 from ..planning.children import may_have_children
 from ..planning.lineage import with_turn_cap
-from ..planning.patch import merge_patch
 from ..planning.session import PlannedEvent, SessionPlan, now_text
 from ..planning.turns import event_for
 from ..runtime import post_event
@@ -78,15 +77,20 @@ async def drive(
         transport=ctx.rt.wire_transport,
         max_answer_bytes=settings.max_history_bytes,
     )
-    store = _status_store(ctx, body, agent, plan, session, token)
     old = SessionStatus.model_validate(body.get("status") or {})
+    planned = plan.status
     archiver = None
     if ctx.rt.archive is not None:
         run = Run(ctx.namespace, ctx.name, uid)
         archiver = LogArchiver(ctx.rt.archive, run, client)
         if old.restarts and ctx.restored_into != plan.pod_ip:
-            old = await _restore(ctx, body, run, client, old)
+            lost = await restore(ctx.rt.archive, run, client, SessionStatus.model_validate(planned))
             ctx.restored_into = plan.pod_ip
+            if lost is not None:
+                # The driver starts from the planned status, and its first save writes it:
+                # the turn the new harness cannot know goes in there, as lost.
+                planned, old = lost.wire(), lost
+    store = _status_store(ctx, body, agent, plan, session, token, planned)
     driver = _driver(ctx, body, agent, plan, session, client, store, old, children, archiver)
     key = (ctx.namespace, ctx.name)
     ctx.rt.drivers[key] = driver
@@ -116,8 +120,10 @@ def _status_store(
     plan: SessionPlan,
     session: Session,
     token: str,
+    planned: dict[str, Any],
 ) -> SessionStatusStore:
-    """The driver's TurnStore over the Session's status, reading the custodian's records."""
+    """The driver's TurnStore over the Session's status (`planned`: what this pass planned
+    and left to the store's first save), reading the custodian's records."""
     custodian = f"http://{plan.pod_ip}:{ctx.rt.settings.custodian_operator_port}"
     transport = ctx.rt.wire_transport
     uid = str(body["metadata"].get("uid", ""))
@@ -143,7 +149,7 @@ def _status_store(
         own_children if may_have_children(body, agent) else None,
         on_phase=on_phase,
         view=ctx.view,
-        planned=plan.status,  # what this pass planned and left to the store's first save
+        planned=planned,
         # The pass after the end deletes the pod at once unless the Session keeps it or
         # its history is archived first: the end's write already says it is released.
         sandbox_at_end=(
@@ -223,20 +229,6 @@ async def _archive_log(ctx: LoopContext, archiver: LogArchiver) -> None:
         await archiver.catch_up()
     except (WireFault, OSError, ValueError, httpx.HTTPError) as err:
         log.warning("session %s/%s: log not archived: %s", ctx.namespace, ctx.name, err)
-
-
-async def _restore(
-    ctx: LoopContext, body: dict[str, Any], run: Run, client: WireClient, old: SessionStatus
-) -> SessionStatus:
-    """The archived conversation into the resumed Session's new harness, before its driver;
-    the status as it then stands."""
-    lost = await restore(ctx.rt.archive, run, client, old) if ctx.rt.archive else None
-    if lost is None:
-        return old
-    status = body.get("status") or {}
-    await ctx.view.patch_status(merge_patch(status, lost.wire()))
-    body["status"] = {**status, **lost.wire()}
-    return lost
 
 
 async def _wind_down(

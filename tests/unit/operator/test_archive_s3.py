@@ -162,6 +162,7 @@ def test_both_backends_keep_a_conversation_log_that_grows_in_chunks(
         store.write_log("agents", "grows", "u-6", 5, 6, b'{"k":"after a gap"}\n')
         data, after = store.read_log("agents", "grows", "u-6")
         assert (data, after) == (b'{"k":"sub"}\n{"k":"ev"}\n{"k":"tx"}\n', 3), store
+        assert store.log_end("agents", "grows", "u-6") == 3  # from the names alone
         # The final archive of the run leaves the log where it is.
         store.write("agents", "grows", "u-6", _record("u-6", "2026-01-06T00:00:00Z", []), [])
         assert store.read_log("agents", "grows", "u-6")[1] == 3
