@@ -19,7 +19,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -45,6 +45,14 @@ class ModelInfo:
     cache_read_per_mtok: float
     cache_write_per_mtok: float
     thinking: bool = True
+    # The model's id at each cloud provider (`bedrock`, `vertex`), where it differs from the
+    # Messages API's name (docs/providers.md).
+    provider_ids: tuple[tuple[str, str], ...] = ()
+
+    def id_for(self, provider_type: str) -> str | None:
+        """The id a `provider_type` provider knows this model by; None when the catalog
+        gives none (an `anthropic` or `gateway` provider uses the name itself)."""
+        return dict(self.provider_ids).get(provider_type)
 
 
 class CatalogError(ValueError):
@@ -76,6 +84,10 @@ class CatalogEntry(_FileModel):
     thinking: bool = True
     prices: Prices
     aliases: list[str] = Field(default_factory=list, description="Other ids of the same model.")
+    providers: dict[Literal["bedrock", "vertex"], str] = Field(
+        default_factory=dict,
+        description="The model's id at each cloud (Bedrock's without the region's prefix).",
+    )
 
 
 class CatalogFile(_FileModel):
@@ -165,6 +177,7 @@ def catalog_from(entries: list[CatalogEntry]) -> dict[str, ModelInfo]:
                 p.cacheRead,
                 p.cacheWrite,
                 thinking=entry.thinking,
+                provider_ids=tuple(sorted(entry.providers.items())),
             )
     return models
 

@@ -43,11 +43,16 @@ from .budget import (
     stream_charge,
 )
 from .model_rules import ModelRefusal, check_request, encode_body, forwarded_headers, parse_body
+from .providers import (
+    ModelRequest,
+    ProviderRefusal,
+    StreamBroken,
+    UpstreamAnswer,
+    build_provider,
+)
 from .settings import CustodianSettings
 
 log = logging.getLogger("corral_custodian.proxy")
-
-_KEEP_RESPONSE = {"content-type", "request-id", "retry-after", "retry-after-ms", "x-should-retry"}
 
 
 def anthropic_error(status: int, kind: str, message: str, retry: bool = False) -> JSONResponse:
@@ -100,7 +105,7 @@ class _Slot:
 
 
 class _RelayedStream(StreamingResponse):
-    """Pass an upstream SSE stream through, and settle when it ends however it ends.
+    """Pass the provider's SSE stream through, and settle when it ends however it ends.
 
     Starlette's StreamingResponse leaves the body iterator unfinished when the client goes,
     so the settlement would wait for garbage collection; this one watches for the disconnect
@@ -109,13 +114,12 @@ class _RelayedStream(StreamingResponse):
 
     def __init__(
         self,
-        upstream: httpx.Response,
-        headers: dict[str, str],
+        upstream: UpstreamAnswer,
         reader: StreamUsageReader,
         on_end: Callable[[bool], None],
     ) -> None:
         super().__init__(
-            _never(), status_code=upstream.status_code, headers=headers,
+            _never(), status_code=upstream.status_code, headers=upstream.headers,
             media_type="text/event-stream",
         )  # fmt: skip
         self._upstream = upstream
@@ -144,11 +148,11 @@ class _RelayedStream(StreamingResponse):
                  "headers": self.raw_headers}
             )  # fmt: skip
             try:
-                async for chunk in self._upstream.aiter_raw():
+                async for chunk in self._upstream.stream():
                     self._reader.feed(chunk)
                     await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 self._upstream_ended = True
-            except httpx.HTTPError as e:
+            except (httpx.HTTPError, StreamBroken) as e:
                 self._upstream_ended = True
                 event = {"type": "error", "error": {"type": "api_error",
                          "message": f"the model upstream broke off the stream: {e}"}}  # fmt: skip
@@ -179,8 +183,7 @@ async def _never() -> Any:
 class ModelProxy:
     def __init__(self, settings: CustodianSettings, live: LiveState, usage: UsageStore) -> None:
         self._settings = settings
-        self._upstream = settings.upstream_url
-        self._key = settings.model_key
+        self._provider = build_provider(settings)
         self._live = live
         self._usage = usage
         self._in_flight = 0
@@ -191,6 +194,7 @@ class ModelProxy:
         return self._in_flight
 
     async def aclose(self) -> None:
+        await self._provider.aclose()
         await self._http.aclose()
 
     async def messages(self, request: Request) -> Response:
@@ -243,40 +247,34 @@ class ModelProxy:
         self._in_flight += 1
         slot = _Slot(self, self._usage.reserve(ask))
         try:
-            return await self._forward(headers, raw, checked.model, slot, ask)
+            request = ModelRequest(checked.model, checked.body, headers)
+            return await self._forward(request, slot, ask)
         except BaseException:
             slot.settle(None)
             raise
 
-    async def _forward(
-        self, headers: dict[str, str], raw: bytes, model: str, slot: _Slot, ask: CallUsage
-    ) -> Response:
-        # Identity, so the bytes passed through are the bytes the usage reader can parse.
-        headers["accept-encoding"] = "identity"
-        headers["content-type"] = "application/json"
-        if self._key:
-            headers["x-api-key"] = self._key
-        url = self._upstream + "/v1/messages"
+    async def _forward(self, request: ModelRequest, slot: _Slot, ask: CallUsage) -> Response:
         try:
-            upstream = await self._http.send(
-                self._http.build_request("POST", url, content=raw, headers=headers), stream=True
-            )
+            upstream = await self._provider.send(self._http, request)
+        except ProviderRefusal as e:
+            slot.settle(None)  # nothing was sent, so nothing was spent
+            log.warning("model request refused by the %s provider: %s", self._provider.kind,
+                        e.message)  # fmt: skip
+            return anthropic_error(e.status, e.kind, e.message, e.retry)
         except httpx.HTTPError as e:
             slot.settle(None)  # nothing was answered, so nothing was spent
             return anthropic_error(
                 502, "api_error", f"the model upstream is unreachable: {e}", True
             )
 
-        out_headers = {k: v for k, v in upstream.headers.items() if k.lower() in _KEEP_RESPONSE}
-        content_type = upstream.headers.get("content-type", "")
-        if upstream.status_code == 200 and content_type.startswith("text/event-stream"):
-            reader = StreamUsageReader(model)
+        if upstream.is_stream:
+            reader = StreamUsageReader(request.model)
             return _RelayedStream(
-                upstream, out_headers, reader,
+                upstream, reader,
                 lambda ended: slot.charge(stream_charge(reader, ask, upstream_ended=ended)),
             )  # fmt: skip
         try:
-            data = await upstream.aread()
+            data = await upstream.read()
         except BaseException:
             # The answer was under way: charge what it could have cost.
             slot.settle(ask)
@@ -287,4 +285,4 @@ class ModelProxy:
             slot.charge(body_charge(ask, data))
         else:
             slot.settle(None)  # a refusal by the provider: nothing was generated
-        return Response(data, status_code=upstream.status_code, headers=out_headers)
+        return Response(data, status_code=upstream.status_code, headers=upstream.headers)

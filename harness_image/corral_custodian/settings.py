@@ -11,6 +11,8 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from corral_api.kinds import AgentSpec
+from corral_api.providers import ModelProvider, ProviderError, implicit_provider, parse_provider
+from corral_common import sigv4
 from corral_common.memory import (
     LEXICAL,
     Embedder,
@@ -102,6 +104,14 @@ class CustodianSettings:
     # The trace collector's traces URL, where the harness's OTLP exports are relayed
     # (_otlp.py): CORRAL_OTLP_TRACES_ENDPOINT as is, else CORRAL_OTLP_ENDPOINT + /v1/traces.
     otlp_traces_url: str | None = None
+    # Where model requests go (docs/providers.md): CORRAL_MODEL_PROVIDER (the platform's
+    # entry, as JSON), else the Messages API at CORRAL_UPSTREAM_URL. Its credentials: the
+    # model key above (anthropic, gateway); AWS keys (CORRAL_AWS_CREDENTIALS_DIR, else the
+    # AWS_* variables) or the web identity token (bedrock); a service-account key (vertex).
+    provider: ModelProvider = field(default_factory=lambda: implicit_provider(DEFAULT_UPSTREAM))
+    aws_credentials: sigv4.Credentials | None = field(default=None, repr=False)
+    aws_web_identity_token_file: Path | None = None
+    gcp_key: str | None = field(default=None, repr=False)
 
     def load_agent(self) -> AgentSpec:
         """The Agent spec without a cluster, read afresh each call (a mounted file may change)."""
@@ -228,6 +238,58 @@ def _model_key(env: Mapping[str, str]) -> str | None:
     return env.get("ANTHROPIC_API_KEY") or _secret(env, "CORRAL_MODEL_KEY_FILE")
 
 
+def _provider(env: Mapping[str, str], upstream_url: str) -> ModelProvider:
+    text = env.get("CORRAL_MODEL_PROVIDER", "").strip()
+    if not text:
+        return implicit_provider(upstream_url)
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SettingsError(f"CORRAL_MODEL_PROVIDER is not JSON: {e.msg}") from e
+    try:
+        return parse_provider(data, "CORRAL_MODEL_PROVIDER")
+    except ProviderError as e:
+        raise SettingsError(str(e)) from e
+
+
+# The keys of an AWS credentials Secret (awsSecretRef), as files, and their variables.
+AWS_KEYS = ("aws_access_key_id", "aws_secret_access_key", "aws_session_token")
+
+
+def _aws_credentials(env: Mapping[str, str]) -> sigv4.Credentials | None:
+    """From the Secret's files (CORRAL_AWS_CREDENTIALS_DIR), else from AWS_ACCESS_KEY_ID,
+    AWS_SECRET_ACCESS_KEY and AWS_SESSION_TOKEN (`corral run`); both keys or neither."""
+    found: dict[str, str] = {}
+    directory = _path(env, "CORRAL_AWS_CREDENTIALS_DIR")
+    for key in AWS_KEYS:
+        if directory is not None:
+            try:
+                value = (directory / key).read_text().strip()
+            except FileNotFoundError:
+                value = ""
+            except OSError as e:
+                raise SettingsError(f"cannot read {key} in CORRAL_AWS_CREDENTIALS_DIR: {e}") from e
+        else:
+            value = env.get(key.upper(), "").strip()
+        if value:
+            found[key] = value
+    if not found:
+        return None
+    where = "CORRAL_AWS_CREDENTIALS_DIR" if directory is not None else "the AWS_* variables"
+    for key in AWS_KEYS[:2]:
+        if key not in found:
+            raise SettingsError(f"{where}: {key} is missing (an AWS key needs both halves)")
+    return sigv4.Credentials(
+        found["aws_access_key_id"], found["aws_secret_access_key"], found.get("aws_session_token")
+    )
+
+
+def _gcp_key(env: Mapping[str, str]) -> str | None:
+    name = "CORRAL_GCP_KEY_FILE" if env.get("CORRAL_GCP_KEY_FILE") else (
+        "GOOGLE_APPLICATION_CREDENTIALS")  # fmt: skip
+    return _secret(env, name)
+
+
 def _otlp_traces_url(env: Mapping[str, str]) -> str | None:
     """OpenTelemetry's rule: the signal's variable is the URL, the general one a base to which
     `/v1/traces` is appended."""
@@ -328,6 +390,10 @@ def from_env(env: Mapping[str, str]) -> CustodianSettings:
         egress_proxy=env.get("CORRAL_EGRESS_PROXY", "").strip() or None,
         egress_credential=_secret(env, "CORRAL_EGRESS_CREDENTIAL_FILE"),
         otlp_traces_url=_otlp_traces_url(env),
+        provider=_provider(env, env.get("CORRAL_UPSTREAM_URL", DEFAULT_UPSTREAM).rstrip("/")),
+        aws_credentials=_aws_credentials(env),
+        aws_web_identity_token_file=_path(env, "CORRAL_AWS_WEB_IDENTITY_TOKEN_FILE"),
+        gcp_key=_gcp_key(env),
     )
     if (settings.egress_proxy is None) != (settings.egress_credential is None):
         raise SettingsError(
@@ -356,6 +422,13 @@ MEMORY_PASSWORD = "memory-password"
 HOOK_SECRET = "hook-secret"
 SERVICE_ACCOUNT_TOKEN = "service-account-token"
 EGRESS_CREDENTIAL = "egress-credential"
+AWS_SECRET_KEY = "aws-secret-key"
+AWS_SESSION_TOKEN = "aws-session-token"
+AWS_WEB_IDENTITY_TOKEN = "aws-web-identity-token"
+GCP_PRIVATE_KEY = "gcp-private-key"
+# Credentials a provider mints while it runs (STS session keys, Google access tokens): each
+# is registered when it is minted (providers/).
+MINTED_CREDENTIAL = "minted-credential"
 
 _MODEL_KEY_SOURCE = "the model key (ANTHROPIC_API_KEY or CORRAL_MODEL_KEY_FILE)"
 
@@ -384,12 +457,43 @@ def register_credentials(settings: CustodianSettings) -> None:
             settings.egress_credential,
             "CORRAL_EGRESS_CREDENTIAL_FILE",
         )
+    register_provider_credentials(settings)
     if settings.kube is not None:
         try:
             token = settings.kube.token_file.read_text()
         except OSError:
             token = None  # the first API call reports it; nothing to redact yet
         _register(SERVICE_ACCOUNT_TOKEN, token, "CORRAL_KUBE_TOKEN_FILE")
+
+
+def register_provider_credentials(settings: CustodianSettings) -> None:
+    """The cloud providers' credentials (docs/providers.md); the web identity token is read
+    again, and registered again, whenever the provider reads a rotated one."""
+    if settings.aws_credentials is not None:
+        _register(AWS_SECRET_KEY, settings.aws_credentials.secret_access_key, "the AWS key")
+        _register(AWS_SESSION_TOKEN, settings.aws_credentials.session_token, "the AWS key")
+    if settings.aws_web_identity_token_file is not None:
+        try:
+            token = settings.aws_web_identity_token_file.read_text().strip()
+        except OSError:
+            token = None  # the first exchange reports it
+        _register(AWS_WEB_IDENTITY_TOKEN, token or None, "CORRAL_AWS_WEB_IDENTITY_TOKEN_FILE")
+    if settings.gcp_key is not None:
+        _register(GCP_PRIVATE_KEY, settings.gcp_key, "the Google service-account key")
+        try:
+            key = json.loads(settings.gcp_key)
+        except json.JSONDecodeError:
+            key = None  # the provider says what is wrong with it at its first request
+        if isinstance(key, dict) and isinstance(key.get("private_key"), str):
+            _register(GCP_PRIVATE_KEY, key["private_key"], "the Google service-account key")
+            for line in key["private_key"].splitlines():
+                if len(line) >= 32 and not line.startswith("-----"):
+                    _secrets.register(GCP_PRIVATE_KEY, line)  # a PEM line seen alone
+
+
+def register_minted(value: str) -> None:
+    """A credential a provider has just minted; redacted from then on."""
+    _secrets.register(MINTED_CREDENTIAL, value)
 
 
 def register_model_key(env: Mapping[str, str]) -> None:

@@ -11,8 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
+from corral_api.providers import implicit_provider
 from corral_custodian._proxy import ModelProxy, _RelayedStream, _Slot
 from corral_custodian.budget import CallUsage, StreamUsageReader
+from corral_custodian.providers import ModelRequest, UpstreamAnswer
+from corral_custodian.providers._messages import MessagesProvider
 from corral_harness.engine._accumulate import MessageBuilder
 from corral_harness.engine._loop import StreamFailure
 from corral_harness.engine.lean_engine import _read_stream
@@ -20,17 +23,25 @@ from corral_harness.engine.lean_engine import _read_stream
 pytestmark = pytest.mark.timeout(30)
 
 
-class _BrokenUpstream:
+class _BrokenUpstream(UpstreamAnswer):
     """An upstream stream that sends part of a line and then fails as a dropped connection."""
 
     status_code = 200
 
     def __init__(self, sent: bytes) -> None:
         self.sent = sent
+        self.headers = {"content-type": "text/event-stream"}
 
-    async def aiter_raw(self) -> AsyncIterator[bytes]:
+    @property
+    def is_stream(self) -> bool:
+        return True
+
+    async def stream(self) -> AsyncIterator[bytes]:
         yield self.sent
         raise httpx.ReadError("connection reset by peer")
+
+    async def read(self) -> bytes:
+        raise AssertionError("a stream is never read whole")
 
     async def aclose(self) -> None:
         return None
@@ -48,8 +59,7 @@ async def _relayed(sent: bytes) -> bytes:
         return {"type": "http.disconnect"}
 
     relay = _RelayedStream(
-        _BrokenUpstream(sent),  # type: ignore[arg-type]
-        {"content-type": "text/event-stream"},
+        _BrokenUpstream(sent),
         StreamUsageReader("claude-haiku-4-5"),
         lambda ended: None,
     )
@@ -94,10 +104,12 @@ async def test_a_refusals_retry_headers_pass_through() -> None:
 
     proxy = object.__new__(ModelProxy)
     proxy._http = httpx.AsyncClient(transport=httpx.MockTransport(upstream))
-    proxy._upstream, proxy._key, proxy._in_flight = "http://upstream", "", 1
+    proxy._provider = MessagesProvider(implicit_provider("http://upstream"), None)
+    proxy._in_flight = 1
     proxy._usage = _Usage()  # type: ignore[assignment]
+    request = ModelRequest("m", {"model": "m"}, {})
     try:
-        answer = await proxy._forward({}, b"{}", "m", _Slot(proxy, 0), CallUsage())
+        answer = await proxy._forward(request, _Slot(proxy, 0), CallUsage())
     finally:
         await proxy._http.aclose()
     assert answer.status_code == 429
