@@ -41,6 +41,7 @@ def build_provider(settings: CustodianSettings) -> Provider:
             spec,
             credentials=settings.aws_credentials,
             web_identity_token_file=settings.aws_web_identity_token_file,
+            session_name=f"corral-{settings.session_namespace}-{settings.session_name}",
         )
     if spec.type == "vertex":
         from ._vertex import VertexProvider
