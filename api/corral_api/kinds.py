@@ -324,7 +324,18 @@ class SecretRef(ApiModel):
 class Credentials(ApiModel):
     """Secrets only the custodian container ever mounts."""
 
-    model_secret_ref: SecretKeyRef | None = Field(default=None, description="The model API key.")
+    model_secret_ref: SecretKeyRef | None = Field(
+        default=None, description="The model API key (anthropic and gateway providers)."
+    )
+    aws_secret_ref: SecretRef | None = Field(
+        default=None,
+        description="A bedrock provider's AWS key: a Secret with aws_access_key_id, "
+        "aws_secret_access_key and optionally aws_session_token (docs/providers.md).",
+    )
+    gcp_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="A vertex provider's Google service-account key (JSON) (docs/providers.md).",
+    )
     git_secret_ref: SecretKeyRef | None = Field(
         default=None, description="Git credentials for clone and push."
     )
@@ -415,6 +426,13 @@ class AgentSpec(ApiModel):
         default="", max_length=65536, description="Instructions above every AGENTS.md."
     )
     model: str = Field(min_length=1, max_length=128, description="Model name from the catalog.")
+    provider: str | None = Field(
+        default=None,
+        max_length=63,
+        pattern=DNS_LABEL,
+        description="Which of the platform's modelProviders the custodian sends model requests "
+        "to (docs/providers.md); unset: the platform's default.",
+    )
     thinking_level: ThinkingLevel = Field(default="medium", description="low, medium or high.")
     tools: ToolPolicy = Field(default_factory=ToolPolicy, description="Tool allow/deny policy.")
     loop: LoopKind = Field(

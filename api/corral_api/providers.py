@@ -275,7 +275,7 @@ def load_providers(text: str, where: str) -> list[ModelProvider]:
 
 
 def implicit_provider(upstream_url: str) -> ModelProvider:
-    return ModelProvider(name=IMPLICIT_PROVIDER, type="anthropic", baseUrl=upstream_url)
+    return ModelProvider(name=IMPLICIT_PROVIDER, type="anthropic", base_url=upstream_url)
 
 
 def choose_provider(

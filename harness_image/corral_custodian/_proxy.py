@@ -247,8 +247,8 @@ class ModelProxy:
         self._in_flight += 1
         slot = _Slot(self, self._usage.reserve(ask))
         try:
-            request = ModelRequest(checked.model, checked.body, headers)
-            return await self._forward(request, slot, ask)
+            outgoing = ModelRequest(checked.model, checked.body, headers)
+            return await self._forward(outgoing, slot, ask)
         except BaseException:
             slot.settle(None)
             raise

@@ -20,6 +20,7 @@ from typing import Any
 import kopf
 
 from corral_api.kinds import EGRESS_HOST
+from corral_api.providers import ModelProvider, ProviderError, load_providers
 from corral_common import logs
 
 from . import handlers
@@ -222,6 +223,14 @@ def _add_sandbox_args(parser: argparse.ArgumentParser, d: OperatorSettings) -> N
     parser.add_argument("--kube-api-url", default=d.kube_api_url)
     parser.add_argument("--kube-ca-configmap", default=d.kube_ca_configmap, help="'' for none")
     parser.add_argument("--model-upstream-url", default=d.model_upstream_url)
+    parser.add_argument(
+        "--model-providers-file",
+        type=_model_providers,
+        default=(),
+        help="JSON or YAML file of the platform's modelProviders (docs/providers.md); the "
+        "chart mounts its modelProviders here. Unset: the one 'anthropic' provider at "
+        "--model-upstream-url",
+    )
     parser.add_argument(
         "--model-catalog-configmap",
         default=d.model_catalog_configmap,
@@ -529,6 +538,17 @@ def _memory_dsn(path: str) -> str:
     return text
 
 
+def _model_providers(path: str) -> tuple[ModelProvider, ...]:
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot read the model providers file: {e}") from e
+    try:
+        return tuple(load_providers(text, path))
+    except ProviderError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
+
+
 def settings_from(args: argparse.Namespace) -> OperatorSettings:
     labels = dict(args.operator_pod_label) or OperatorSettings().operator_pod_labels
     return OperatorSettings(
@@ -541,6 +561,7 @@ def settings_from(args: argparse.Namespace) -> OperatorSettings:
         kube_api_url=args.kube_api_url,
         kube_ca_configmap=args.kube_ca_configmap or None,
         model_upstream_url=args.model_upstream_url,
+        model_providers=args.model_providers_file,
         model_catalog_configmap=args.model_catalog_configmap or None,
         otlp_endpoint=args.otlp_endpoint or None,
         memory_dsn=args.memory_dsn_file,

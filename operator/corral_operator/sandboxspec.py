@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from corral_api.kinds import Agent, Budget, Session
+from corral_api.providers import ModelProvider, ProviderError, choose_provider
 
 from .budgets import lowest
 from .settings import ContainerResources, OperatorSettings
@@ -35,6 +36,7 @@ class CheckedSandbox:
     repo: str  # what the checkout clones (a relative repo resolved under the local root)
     tools_resources: dict[str, dict[str, str]]
     budget: Budget  # the custodian's: the one given, else the lower of the Session's and Agent's
+    provider: ModelProvider  # where its custodian sends model requests (docs/providers.md)
 
 
 def check_sandbox(
@@ -53,6 +55,7 @@ def check_sandbox(
         budget if budget is not None else lowest(session.spec.budget, agent.spec.limits.budget)
     )
     check_budget(effective)
+    provider = provider_for(agent, settings)
     return CheckedSandbox(
         name=name,
         namespace=namespace,
@@ -60,7 +63,31 @@ def check_sandbox(
         repo=repo,
         tools_resources=tools_resources(agent, settings.resources.tools),
         budget=effective,
+        provider=provider,
     )
+
+
+def provider_for(agent: Agent, settings: OperatorSettings) -> ModelProvider:
+    """The platform's provider the Agent names (or the default), and a check that the Agent
+    holds the credential it needs; SandboxSpecError naming the field otherwise."""
+    try:
+        provider = choose_provider(
+            settings.model_providers, agent.spec.provider, settings.model_upstream_url
+        )
+    except ProviderError as e:
+        raise SandboxSpecError(f"spec.provider: {e}") from None
+    creds = agent.spec.credentials
+    if provider.type == "bedrock" and creds.aws_secret_ref is None and not provider.web_identity:
+        raise SandboxSpecError(
+            f"provider {provider.name!r} (bedrock) needs credentials.awsSecretRef: the platform "
+            "has not enabled the cluster's web identity for it"
+        )
+    if provider.type == "vertex" and creds.gcp_secret_ref is None:
+        raise SandboxSpecError(
+            f"provider {provider.name!r} (vertex) needs credentials.gcpSecretRef (a Google "
+            "service-account key)"
+        )
+    return provider
 
 
 def session_meta(session: Session) -> tuple[str, str, str]:

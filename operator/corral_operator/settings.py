@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from corral_api.providers import ModelProvider
+
 
 @dataclass(frozen=True)
 class EgressTarget:
@@ -145,8 +147,12 @@ class OperatorSettings:
     # file is projected; the custodian then uses its default trust).
     kube_api_url: str = "https://kubernetes.default.svc"
     kube_ca_configmap: str | None = "kube-root-ca.crt"
-    # The real model endpoint behind the custodian's proxy.
+    # The real model endpoint behind the custodian's proxy: the implicit `anthropic`
+    # provider's, when the platform defines no modelProviders.
     model_upstream_url: str = "https://api.anthropic.com"
+    # The platform's model providers (docs/providers.md): Agents name one in spec.provider;
+    # each becomes its custodians' credentialed destinations. Empty: the implicit one above.
+    model_providers: tuple[ModelProvider, ...] = ()
     # The OTLP/HTTP collector each sandbox's custodian relays its harness's traces to
     # (docs/tracing.md); None: no traces leave the pod. Behind the gateway the custodian's
     # binding names it; without one, its address must be in the platform egress.

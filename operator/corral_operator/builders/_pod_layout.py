@@ -16,6 +16,12 @@ CUSTODIAN_STATE_MOUNT = "/var/lib/corral/custodian"
 WIRE_DIR = "/var/run/corral/wire"
 WIRE_TOKEN_DIR = WIRE_DIR  # the name earlier callers know
 MODEL_KEY_DIR = "/var/run/corral/model"
+# A cloud provider's credential (docs/providers.md), in the custodian alone, and the platform's
+# provider entry the custodian reads (CORRAL_MODEL_PROVIDER, JSON).
+AWS_CREDENTIALS_DIR = "/var/run/corral/aws"
+AWS_WEB_IDENTITY_DIR = "/var/run/corral/aws-web-identity"
+GCP_KEY_DIR = "/var/run/corral/gcp"
+PROVIDER_ENV = "CORRAL_MODEL_PROVIDER"
 GIT_CREDENTIALS_DIR = "/var/run/corral/git"
 HOOK_SECRET_DIR = "/var/run/corral/hooks"  # credentials.hookSecretRef: http hooks' headers
 MEMORY_DIR = "/var/run/corral/memory"  # the memory store's DSN, for the custodian alone

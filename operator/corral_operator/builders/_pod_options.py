@@ -9,13 +9,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from corral_api.kinds import Credentials, SecretKeyRef, SecretRef
+from corral_api.providers import STS_AUDIENCE, ModelProvider
 from corral_common.logs import LOG_FORMAT_ENV
 
 from ..settings import OperatorSettings
 from ._pod_layout import (
+    AWS_CREDENTIALS_DIR,
+    AWS_WEB_IDENTITY_DIR,
     EGRESS_CREDENTIAL_ENV,
     EGRESS_CREDENTIAL_KEY,
     EGRESS_DIR,
+    GCP_KEY_DIR,
     GIT_CREDENTIALS_DIR,
     HOOK_SECRET_DIR,
     MEMORY_DIR,
@@ -24,6 +28,7 @@ from ._pod_layout import (
     MODEL_CATALOG_DIR,
     MODEL_CATALOG_KEY,
     MODEL_KEY_DIR,
+    PROVIDER_ENV,
     env,
     mount,
 )
@@ -47,13 +52,21 @@ class PodAdditions:
 
 
 def pod_additions(
-    credentials: Credentials, settings: OperatorSettings, wire_secret: str
+    credentials: Credentials,
+    settings: OperatorSettings,
+    wire_secret: str,
+    provider: ModelProvider | None = None,
 ) -> PodAdditions:
     """The optional parts the Agent's credentials and the settings ask for; the order of the
     calls is the order of the variables, mounts and volumes in the pod."""
     added = PodAdditions()
-    if credentials.model_secret_ref:
-        _add_model_key(added, credentials.model_secret_ref)
+    if provider is not None and provider.type in ("bedrock", "vertex"):
+        _add_cloud_provider(added, provider, credentials, settings)
+    else:
+        if provider is not None and settings.model_providers:
+            added.custodian_env.append(env(PROVIDER_ENV, provider.to_json()))
+        if credentials.model_secret_ref:
+            _add_model_key(added, credentials.model_secret_ref)
     if credentials.git_secret_ref:
         _add_git_credentials(added, credentials.git_secret_ref)
     if credentials.hook_secret_ref:
@@ -115,6 +128,71 @@ def _add_egress(added: PodAdditions, settings: OperatorSettings, wire_secret: st
         *proxy_env(proxy_url(settings, EGRESS_CREDENTIAL_ENV)),
         env("GIT_PROXY_COMMAND", GIT_PROXY_COMMAND),
     ]
+
+
+def _add_cloud_provider(
+    added: PodAdditions,
+    provider: ModelProvider,
+    credentials: Credentials,
+    settings: OperatorSettings,
+) -> None:
+    # The platform's entry, and the one credential it takes, in the custodian alone
+    # (docs/providers.md); the model key of an anthropic provider is not mounted for it.
+    added.custodian_env.append(env(PROVIDER_ENV, provider.to_json()))
+    if provider.type == "vertex" and credentials.gcp_secret_ref is not None:
+        ref = credentials.gcp_secret_ref
+        added.volumes.append(
+            {
+                "name": "gcp-key",
+                "secret": {
+                    "secretName": ref.name,
+                    "defaultMode": 0o440,
+                    "items": [{"key": ref.key, "path": "key.json"}],
+                },
+            }
+        )
+        added.custodian_mounts.append(mount("gcp-key", GCP_KEY_DIR, read_only=True))
+        added.custodian_env.append(env("CORRAL_GCP_KEY_FILE", f"{GCP_KEY_DIR}/key.json"))
+    if provider.type != "bedrock":
+        return
+    if credentials.aws_secret_ref is not None:
+        # The whole Secret: aws_session_token is optional, and an item naming a key the
+        # Secret lacks would keep the pod from starting.
+        added.volumes.append(
+            {
+                "name": "aws-credentials",
+                "secret": {"secretName": credentials.aws_secret_ref.name, "defaultMode": 0o440},
+            }
+        )
+        added.custodian_mounts.append(mount("aws-credentials", AWS_CREDENTIALS_DIR, read_only=True))
+        added.custodian_env.append(env("CORRAL_AWS_CREDENTIALS_DIR", AWS_CREDENTIALS_DIR))
+    elif provider.web_identity:
+        # A second projected token, for STS alone, in the custodian alone: the pod's service
+        # account is shared by every sandbox, so the role it assumes is the platform's
+        # (a per-Agent role is chained from it; docs/providers.md).
+        added.volumes.append(
+            {
+                "name": "aws-web-identity",
+                "projected": {
+                    "defaultMode": 0o440,
+                    "sources": [
+                        {
+                            "serviceAccountToken": {
+                                "audience": STS_AUDIENCE,
+                                "expirationSeconds": settings.token_expiry_seconds,
+                                "path": "token",
+                            }
+                        }
+                    ],
+                },
+            }
+        )
+        added.custodian_mounts.append(
+            mount("aws-web-identity", AWS_WEB_IDENTITY_DIR, read_only=True)
+        )
+        added.custodian_env.append(
+            env("CORRAL_AWS_WEB_IDENTITY_TOKEN_FILE", f"{AWS_WEB_IDENTITY_DIR}/token")
+        )
 
 
 def _add_model_key(added: PodAdditions, ref: SecretKeyRef) -> None:

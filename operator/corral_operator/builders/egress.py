@@ -22,6 +22,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from corral_api.kinds import Agent, EgressRule
+from corral_api.providers import ProviderError, choose_provider
 
 from .. import naming
 from ..settings import EgressGateway, EgressTarget, OperatorSettings
@@ -131,7 +132,7 @@ def custodian_rules(
     git host and the Agent's http hooks (named by users, so never a private address unless
     written as an address)."""
     rules: list[dict[str, Any] | None] = [
-        url_rule(settings.model_upstream_url, private=True),
+        *(url_rule(url, private=True) for url in _provider_urls(agent, settings)),
         url_rule(settings.kube_api_url, private=True),
     ]
     if settings.otlp_endpoint:
@@ -148,6 +149,18 @@ def custodian_rules(
                 if hook.http is not None:
                     rules.append(url_rule(hook.http.url, private=False))
     return _unique(r for r in rules if r is not None)
+
+
+def _provider_urls(agent: Agent, settings: OperatorSettings) -> list[str]:
+    """The Agent's provider's endpoints (docs/providers.md): the platform's, so trusted. An
+    Agent naming no defined provider gets none (check_sandbox refuses it before any pod)."""
+    try:
+        provider = choose_provider(
+            settings.model_providers, agent.spec.provider, settings.model_upstream_url
+        )
+    except ProviderError:
+        return []
+    return provider.destinations()
 
 
 def checkout_rules(repo: str | None) -> list[dict[str, Any]]:

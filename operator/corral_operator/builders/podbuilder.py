@@ -353,7 +353,7 @@ def build_pod(
     wire_secret = naming.wire_secret_name(facts.name)
     budget_env = [*_budget_env(checked.budget), *_usage_seed_env(resume)]
     tools_limits = checked.tools_resources
-    added = pod_additions(agent.spec.credentials, settings, wire_secret)
+    added = pod_additions(agent.spec.credentials, settings, wire_secret, checked.provider)
     # One context per uid; a container that shares a uid gets its own copy of it.
     harness_security = restricted_security_context(settings.harness_uid)
     tools_security = restricted_security_context(settings.tools_uid)
