@@ -17,6 +17,7 @@ import secrets
 import shutil
 import subprocess
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,13 +56,15 @@ def find_gateway(environ: dict[str, str] | None = None) -> Path | None:
 def run_binding(
     agent: Agent,
     name: str,
-    upstream: str,
+    upstream: str | Sequence[str],
     repo: str | None,
     credential: str,
     collector: str | None = None,
 ) -> dict[str, Any]:
-    """The binding of this run, as the operator would write it on a sandbox pod."""
-    custodian = [egress.url_rule(upstream, private=True)]
+    """The binding of this run, as the operator would write it on a sandbox pod; `upstream` is
+    the model's endpoint, or a provider's endpoints (docs/providers.md)."""
+    urls = [upstream] if isinstance(upstream, str) else list(upstream)
+    custodian = [egress.url_rule(url, private=True) for url in urls]
     if collector:  # the trace collector the custodian relays the harness's spans to
         custodian.append(egress.url_rule(collector, private=True))
     if repo and "://" in repo:
@@ -136,7 +139,7 @@ def start_local_gateway(
     state_dir: Path,
     agent: Agent,
     name: str,
-    upstream: str,
+    upstream: str | Sequence[str],
     repo: str | None,
     *,
     collector: str | None = None,

@@ -26,6 +26,7 @@ from pathlib import Path
 import httpx
 
 from ._localpaths import write_secret
+from ._providers_local import CREDENTIAL_VARIABLES
 
 READY_TIMEOUT = 30.0
 CREDENTIAL_ENV = "CORRAL_CUSTODIAN_CREDENTIAL_FILE"
@@ -173,11 +174,16 @@ class Parts:
 
 
 def base_env(drop: tuple[str, ...] = ()) -> dict[str, str]:
-    """This process's environment without the model key and the model endpoint.
+    """This process's environment without the model key, the model endpoint and the cloud
+    credentials.
 
     Every part gets only what it is given on purpose: the key goes to the custodian alone.
     """
-    hidden = {"ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL", *drop}
+    hidden = {
+        "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL",
+        # A cloud provider's credential (docs/providers.md): the custodian's alone.
+        *CREDENTIAL_VARIABLES, *drop,
+    }  # fmt: skip
     return {k: v for k, v in os.environ.items() if k not in hidden and not k.startswith("CORRAL_")}
 
 

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 
 from corral_api import Agent, Session
 from corral_api.kinds import SessionOverrides, SessionSpec
+from corral_api.providers import ModelProvider, ProviderError, choose_provider, load_providers
 from corral_common.branches import default_session_branch
 from corral_harness.telemetry import ENDPOINT_ENV, TRACES_ENDPOINT_ENV, traces_endpoint
 from corral_operator.driver import (
@@ -64,6 +65,7 @@ from ._manifests import (
     manifest_dir,
     pick_session,
 )
+from ._providers_local import provider_env
 from ._run_flags import add_run_flags, dry_run_text, inline_session, with_flags
 from ._runcontrol import Interrupts, StateLock, lock_state_dir
 from ._view import View, choose_view
@@ -185,6 +187,16 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         help="script for the scripted model when no ANTHROPIC_API_KEY is set "
         f"(default: ${SCENARIO_ENV}, else examples/demo/scenario.yaml)",
     )
+    p.add_argument(
+        "--providers",
+        metavar="FILE",
+        type=Path,
+        help="the model providers (JSON or YAML, as the chart's modelProviders; "
+        "docs/providers.md): the Agent's spec.provider picks one, and its credential comes "
+        "from this shell (ANTHROPIC_API_KEY; AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, "
+        "AWS_SESSION_TOKEN or AWS_WEB_IDENTITY_TOKEN_FILE; GOOGLE_APPLICATION_CREDENTIALS), "
+        "for the custodian alone",
+    )
     add_run_flags(p)
     return p
 
@@ -195,6 +207,33 @@ class ModelRoute:
     key: str | None
     model_override: str | None
     scripted: bool
+    provider: ModelProvider | None = None  # the Agent's, from --providers (docs/providers.md)
+
+    def destinations(self) -> list[str]:
+        return self.provider.destinations() if self.provider is not None else [self.upstream]
+
+
+def _providers(args: argparse.Namespace, agent: Agent) -> ModelProvider | None:
+    """The provider the Agent names among --providers (or their default); None without the
+    flag, when the Agent names none."""
+    path: Path | None = getattr(args, "providers", None)
+    if path is None:
+        if agent.spec.provider is not None:
+            raise ManifestError(
+                f"the Agent names provider {agent.spec.provider!r}: pass --providers FILE "
+                "with the platform's modelProviders (docs/providers.md)"
+            )
+        return None
+    try:
+        listed = load_providers(path.read_text(), f"--providers {path}")
+    except OSError as e:
+        raise ManifestError(f"--providers {path}: {e.strerror or e}") from e
+    except ProviderError as e:
+        raise ManifestError(str(e)) from e
+    try:
+        return choose_provider(listed, agent.spec.provider, "https://api.anthropic.com")
+    except ProviderError as e:
+        raise ManifestError(f"--providers {path}: {e}") from e
 
 
 def _scenario(args: argparse.Namespace) -> Path:
@@ -331,6 +370,10 @@ class LocalRun:
         if self.route is not None:
             return self.route  # a child: the model its root runs against
         key = os.environ.get("ANTHROPIC_API_KEY") or None
+        provider = _providers(self.args, self.agent)
+        if provider is not None:
+            where = provider.destinations()[-1]
+            return ModelRoute(where, key, None, scripted=False, provider=provider)
         if key:
             base = os.environ.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com"
             return ModelRoute(base.rstrip("/"), key, None, scripted=False)
@@ -341,7 +384,8 @@ class LocalRun:
         if route.scripted and not route.upstream:
             route.upstream = await self._start_scripted_model()
         else:
-            self.view.note(f"model: {self.agent.spec.model} at {route.upstream}")
+            through = f" (provider {route.provider.name})" if route.provider else ""
+            self.view.note(f"model: {self.agent.spec.model} at {route.upstream}{through}")
         # Started together, as a pod's containers are: the custodian's start-up is then not
         # added to the time to the first model request; a turn is admitted once both answer.
         gateway = self._start_gateway(route)
@@ -382,7 +426,7 @@ class LocalRun:
                 self.state_dir,
                 self.agent,
                 self.name,
-                route.upstream,
+                route.destinations(),
                 self.session.spec.workspace.repo,
                 collector=traces_endpoint(os.environ),
             )
@@ -419,7 +463,11 @@ class LocalRun:
         # base_env drops CORRAL_*: the embedder choice (docs/memory.md) is passed on by name.
         if embedder := os.environ.get("CORRAL_MEMORY_EMBEDDER"):
             env["CORRAL_MEMORY_EMBEDDER"] = embedder
-        if route.key:
+        if route.provider is not None:
+            env |= provider_env(route.provider, self.state_dir / "secrets")
+        if route.key and (
+            route.provider is None or route.provider.type in ("anthropic", "gateway")
+        ):
             key_file = write_secret(self.state_dir / "secrets" / "model-key", route.key)
             env["CORRAL_MODEL_KEY_FILE"] = str(key_file)
         # The session's own branch, as the operator names it: delivery records it (and a
