@@ -482,7 +482,12 @@ async def relay(
     finally:
         await response.aclose()
         await client.aclose()
-    return Response(data, status_code=response.status_code, media_type=content_type)
+    # A gateway (and Vertex, for the model's own errors) passes the retry advice on.
+    kept = {k: v for k, v in response.headers.items() if k.lower() in _RETRY_HEADERS}
+    return Response(data, status_code=response.status_code, media_type=content_type, headers=kept)
+
+
+_RETRY_HEADERS = frozenset({"retry-after", "retry-after-ms", "x-should-retry", "request-id"})
 
 
 async def _pieces(client: httpx.AsyncClient, response: httpx.Response) -> AsyncIterator[bytes]:
