@@ -264,7 +264,8 @@ def _name_of(adapter: type[StreamingEngine]) -> str:
 
 
 def _usage(custodian: Custodian) -> dict[str, Any]:
-    return dict(custodian.usage()["usage"])  # type: ignore[arg-type]
+    usage: dict[str, Any] = custodian.usage()["usage"]  # type: ignore[assignment]
+    return usage
 
 
 async def _drive(
@@ -290,7 +291,7 @@ async def _drive(
     )
     outcome = await adapter(settings).run(_job(root), Hooks(), listen)
     after = _usage(custodian)
-    spent = {k: after[k] - before.get(k, 0) for k in ("input", "output") if k in after}
+    spent: dict[str, Any] = {k: after[k] - before.get(k, 0) for k in ("input", "output")}
     return Run(outcome, seen, list(upstream.bodies), spent)
 
 
