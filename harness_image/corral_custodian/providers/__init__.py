@@ -2,8 +2,9 @@
 
 `build_provider` makes the one this custodian's settings name. Each provider is a small private
 module: `_messages` (the Messages API and Messages-compatible gateways), `_bedrock` (Amazon
-Bedrock: SigV4, STS, the AWS event-stream framing), `_vertex` (Google Vertex AI: the JWT grant,
-`streamRawPredict`). The exception tree of this boundary is drawn in `_base`.
+Bedrock, with `_sts` for its credentials and `_eventstream` for its framing), `_vertex` (Google
+Vertex AI, with `_google_token` for the service-account key's JWT grant). The exception tree of
+this boundary is drawn in `_base`.
 """
 
 from __future__ import annotations
