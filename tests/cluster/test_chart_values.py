@@ -319,3 +319,37 @@ def test_the_deployed_memory_database_admits_the_gateway_alone_and_reads_its_pas
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     mounts = {m["mountPath"] for m in container["volumeMounts"]}
     assert {"/var/lib/postgresql/data", "/var/run/postgresql", "/tmp"} <= mounts
+
+
+def test_model_providers_reach_the_operator_and_a_bad_entry_is_refused_at_install() -> None:
+    providers = (
+        'modelProviders=[{"name": "bedrock-us", "type": "bedrock", "region": "us-east-1"}, '
+        '{"name": "gw", "type": "gateway", "baseUrl": "https://llm.example", '
+        '"authHeader": "authorization", "authScheme": "Bearer", "default": true}]'
+    )
+    docs = rendered(WATCH, providers)
+    configmap = named(docs, "ConfigMap", "corral-model-providers")
+    assert configmap["metadata"]["namespace"] == "corral-system"
+    listed = json.loads(configmap["data"]["providers.json"])
+    assert [p["name"] for p in listed] == ["bedrock-us", "gw"]
+    pod = named(docs, "Deployment", "corral-operator")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert "--model-providers-file=/etc/corral/model-providers/providers.json" in container["args"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["model-providers"] == "/etc/corral/model-providers"
+    # The operator reads what the chart wrote, as it reads it at start.
+    from corral_api.providers import load_providers
+
+    assert [p.type for p in load_providers(configmap["data"]["providers.json"], "cm")] == [
+        "bedrock", "gateway",
+    ]  # fmt: skip
+    # None listed: no ConfigMap, no flag (the implicit anthropic provider).
+    plain = rendered(WATCH)
+    assert not [d for d in plain if d["metadata"]["name"] == "corral-model-providers"]
+    # The values schema refuses what no provider can be, with the field's name.
+    for bad in (
+        'modelProviders=[{"name": "x", "type": "openai"}]',
+        'modelProviders=[{"name": "x", "type": "bedrock", "regin": "us-east-1"}]',
+    ):
+        done = helm_template(WATCH, bad)
+        assert done.returncode != 0 and "modelProviders" in done.stderr, done.stderr
