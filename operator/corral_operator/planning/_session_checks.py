@@ -54,6 +54,8 @@ class SessionDecision:
     reason: str | None = None
     create_sandbox: bool = False
     delete_pod: bool = False
+    # Delete a dead pod (Failed, not being deleted) without archiving from it first.
+    discard_pod: bool = False
     delete_session: bool = False
     harness_url: str | None = None
     requeue_after: float | None = None
@@ -300,10 +302,14 @@ def lost_cause(pod: dict[str, Any] | None) -> tuple[str, str]:
 
 
 def pod_terminating(inputs: SessionInputs) -> SessionDecision | None:
-    """A pod from an earlier life is still terminating: wait for it to go."""
-    if inputs.pod_alive or inputs.sandbox_pod is None:
+    """A pod from an earlier life is still terminating: wait for it to go. One that is dead
+    but not being deleted (evicted by its kubelet, Failed) is deleted first: its name is the
+    new pod's (its history was archived as the conversation went)."""
+    pod = inputs.sandbox_pod
+    if inputs.pod_alive or pod is None:
         return None
-    return SessionDecision(inputs.old, "absent", requeue_after=1.0)
+    dead = not (pod.get("metadata") or {}).get("deletionTimestamp")
+    return SessionDecision(inputs.old, "absent", requeue_after=1.0, discard_pod=dead)
 
 
 def no_turn_to_start(inputs: SessionInputs) -> SessionDecision | None:

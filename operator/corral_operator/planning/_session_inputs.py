@@ -93,6 +93,11 @@ def wake_wait(status: SessionStatus, session: Session, now: datetime) -> float |
     return 0.0 if due is None else max((due - now).total_seconds(), 0.0)
 
 
+# A pod in one of these phases runs nothing again (restartPolicy Always never ends a pod
+# Succeeded or Failed except by eviction or its node's loss).
+DEAD_POD_PHASES = frozenset({"Failed", "Succeeded"})
+
+
 @dataclass(frozen=True)
 class SessionInputs:
     """Everything `plan_session` is given (its parameters, by the same names), and what is read
@@ -181,8 +186,12 @@ class SessionInputs:
 
     @cached_property
     def pod_alive(self) -> bool:
+        """The pod is there, not being deleted, and not finished: a pod the kubelet evicted
+        (node pressure) stays, Failed, until someone deletes it, and serves nothing."""
         pod = self.sandbox_pod
-        return pod is not None and not pod.get("metadata", {}).get("deletionTimestamp")
+        if pod is None or pod.get("metadata", {}).get("deletionTimestamp"):
+            return False
+        return (pod.get("status") or {}).get("phase") not in DEAD_POD_PHASES
 
     @cached_property
     def parsed_agent(self) -> Agent | ValidationError:

@@ -47,6 +47,7 @@ class SessionPlan:
     status_changed: bool
     create_sandbox: bool = False
     delete_pod: bool = False
+    discard_pod: bool = False  # a dead pod, deleted without archiving from it
     delete_session: bool = False
     # Harness serving: the driver may run its turns against this URL.
     harness_url: str | None = None
@@ -216,6 +217,7 @@ def _plan_of(inputs: SessionInputs, decision: SessionDecision) -> SessionPlan:
         status_changed=new != old.wire(),
         create_sandbox=decision.create_sandbox,
         delete_pod=decision.delete_pod,
+        discard_pod=decision.discard_pod,
         delete_session=decision.delete_session,
         harness_url=decision.harness_url,
         requeue_after=decision.requeue_after,

@@ -15,7 +15,13 @@ async def release(
     ctx: LoopContext, body: dict[str, Any], status: dict[str, Any], plan: SessionPlan
 ) -> float | None:
     """Delete what the plan releases, archived first; the seconds until the archive is tried
-    again (while the pod waits for it), else None."""
+    again (while the pod waits for it), else None. A dead pod is deleted at once: it serves
+    nothing to archive from."""
+    if plan.discard_pod:
+        if await ctx.kube.delete(ctx.pod_path):
+            text = "the dead sandbox pod is deleted to make way for a new one"
+            post_event(body, PlannedEvent("Normal", "SandboxReleased", text))
+        return None
     if not (plan.delete_pod or plan.delete_session):
         return None
     archived = await archive_first(ctx, body, status, "ttl" if plan.delete_session else "finished")

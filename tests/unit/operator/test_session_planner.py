@@ -193,6 +193,29 @@ def test_a_lost_pod_past_max_restarts_or_an_evicted_one_says_so() -> None:
     assert "low on memory" in plan.status["message"]
 
 
+def test_a_pod_its_kubelet_evicted_resumes_and_is_deleted_to_make_way() -> None:
+    """Node-pressure eviction leaves the pod Failed, not deleted: it serves nothing, so the
+    Session resumes, and the dead pod (which holds the new pod's name) is deleted first,
+    without archiving from it; then the new pod is made."""
+    ledger = {"streamUrl": "/s", "offset": 7, "submissionId": "sub_1", "turn": 2}
+    status = {"phase": "Running", "podName": "corral-fix-bug", "turns": 1, "ledger": ledger}
+    evicted = sandbox_pod(True)
+    evicted["status"].update(phase="Failed", reason="Evicted", message="low on memory")
+    plan = plan_session(session_body(status=status), agent_body(), evicted, ARCHIVING, NOW)
+    assert not plan.drive and plan.status["restarts"] == 1
+    assert _cond(plan.status, "Resumed")["reason"] == "PodEvicted"
+    after = merge_patch(status, plan.status)
+    again = plan_session(session_body(status=after), agent_body(), evicted, ARCHIVING, NOW)
+    assert again.discard_pod and not again.delete_pod and not again.create_sandbox
+    assert again.status["restarts"] == 1  # the same loss, not a second one
+    gone = plan_session(session_body(status=after), agent_body(), None, ARCHIVING, NOW)
+    assert gone.create_sandbox and not gone.discard_pod
+    # A pod being deleted is waited out, never deleted again.
+    deleting = sandbox_pod(True, deleting=True)
+    waiting = plan_session(session_body(status=after), agent_body(), deleting, ARCHIVING, NOW)
+    assert not waiting.discard_pod and not waiting.create_sandbox
+
+
 def test_terminating_pod_of_an_earlier_life_is_waited_out() -> None:
     plan = plan_session(
         session_body(), agent_body(), sandbox_pod(True, deleting=True), SETTINGS, NOW
