@@ -447,3 +447,43 @@ class LogRestored(WireModel):
     interrupted: list[str] = Field(
         description="Submissions that were in flight, settled `failed` with `sandbox_lost`."
     )
+
+
+# ------------------------------------------------------------------------------ the wire's version
+
+# Every answer of the harness names the wire's version (`MAJOR.MINOR`). A minor version only adds
+# (fields, endpoints) and keeps every shape before it; a major one may change them. The operator
+# drives a harness of its own major version whose minor is at most one behind its own (or ahead:
+# the additions are not read); it refuses to read any other, and says why, rather than misread
+# it. An answer without the header is a harness from before it: version 1.0.
+WIRE_VERSION = "1.1"
+WIRE_VERSION_HEADER = "Corral-Wire-Version"
+WIRE_VERSION_BEFORE_HEADER = "1.0"
+
+
+def _version(text: str) -> tuple[int, int] | None:
+    major, dot, minor = text.strip().partition(".")
+    if not dot or not major.isdigit() or not minor.isdigit():
+        return None
+    return int(major), int(minor)
+
+
+def wire_version_problem(given: str | None, ours: str = WIRE_VERSION) -> str | None:
+    """Why an operator of wire version `ours` cannot drive a harness that answers `given` (the
+    header's value, None when absent); None when it can."""
+    theirs = _version(given if given is not None else WIRE_VERSION_BEFORE_HEADER)
+    mine = _version(ours)
+    assert mine is not None, ours
+    if theirs is None:
+        return f"the harness names wire version {given!r}, which is not MAJOR.MINOR"
+    if theirs[0] != mine[0]:
+        return (
+            f"the harness speaks wire version {theirs[0]}.{theirs[1]} and this operator "
+            f"{ours}: another major version is never read"
+        )
+    if theirs[1] < mine[1] - 1:
+        return (
+            f"the harness speaks wire version {theirs[0]}.{theirs[1]}, more than one minor "
+            f"version behind this operator's {ours}"
+        )
+    return None

@@ -28,12 +28,14 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import ValidationError
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral_api.kinds import AgentSpec
 from corral_api.wire import (
     LOG_CONTENT_TYPE,
     LOG_NEXT_HEADER,
+    WIRE_VERSION,
+    WIRE_VERSION_HEADER,
     AbortRequest,
     AdmitRequest,
     EndRequest,
@@ -80,6 +82,27 @@ def _reason(exc: ValidationError) -> str:
         where = ".".join(str(p) for p in err["loc"]) or "body"
         parts.append(f"{where}: {err['msg']}")
     return "; ".join(parts)
+
+
+class WireVersion:
+    """Names the wire's version on every answer, refusals and /readyz included (the operator
+    reads nothing of a harness whose version it cannot drive)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.header = (WIRE_VERSION_HEADER.lower().encode(), WIRE_VERSION.encode())
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_version(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", []), self.header]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_version)
 
 
 class BearerToken:
@@ -240,6 +263,7 @@ def create_app(
 
     if token is not None:
         app.add_middleware(BearerToken, token=token)
+    app.add_middleware(WireVersion)  # outermost: the token's refusals carry it too
 
     _add_health_routes(app, state)
     _add_conversation_routes(app, state)

@@ -26,6 +26,7 @@ from corral_api.kinds import AdmissionLedger, AgentSpec
 from corral_api.wire import (
     LOG_CONTENT_TYPE,
     LOG_NEXT_HEADER,
+    WIRE_VERSION_HEADER,
     AbortResponse,
     AdmitRequest,
     AdmitResponse,
@@ -34,6 +35,7 @@ from corral_api.wire import (
     LogRestored,
     SettledEvent,
     UpdatesResponse,
+    wire_version_problem,
 )
 
 from .driver._faults import (
@@ -43,6 +45,7 @@ from .driver._faults import (
     SettlementFault,
     WireFault,
     WireRequestFailed,
+    WireVersionUnsupported,
 )
 from .driver._ports import CheckResult, EventSink
 from .settings import OperatorSettings
@@ -57,6 +60,7 @@ __all__ = [
     "WireClient",
     "WireFault",
     "WireRequestFailed",
+    "WireVersionUnsupported",
 ]
 
 
@@ -214,6 +218,9 @@ class WireClient:
             async with asyncio.timeout(timeout):
                 response = await self._http.send(request, stream=True)
                 try:
+                    problem = wire_version_problem(response.headers.get(WIRE_VERSION_HEADER))
+                    if problem is not None:
+                        raise WireVersionUnsupported(problem)
                     if response.status_code >= 400:
                         content = await _read_refusal(response)
                     else:

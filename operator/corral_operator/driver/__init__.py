@@ -23,6 +23,7 @@ from ._faults import (
     SettlementFault,
     WireFault,
     WireRequestFailed,
+    WireVersionUnsupported,
     byte_size,
 )
 from ._ports import CheckResult, EventSink, TurnStore, WirePort
@@ -54,6 +55,7 @@ __all__ = [
     "WireFault",
     "WirePort",
     "WireRequestFailed",
+    "WireVersionUnsupported",
     "add_usage",
     "admission_attempt",
     "byte_size",

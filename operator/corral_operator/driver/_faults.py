@@ -52,6 +52,15 @@ class WireRequestFailed(WireFault):
         super().__init__(f"{what} failed ({status_code}): {reason}")
 
 
+class WireVersionUnsupported(WireFault):
+    """The harness speaks a wire version this operator cannot drive (`wire_version_problem`):
+    nothing of its answer is read."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+        super().__init__(problem)
+
+
 def byte_size(count: int) -> str:
     """A byte count as people read it: `64 MiB`, `1536 KiB`, `1000 bytes`."""
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
