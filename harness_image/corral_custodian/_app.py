@@ -91,7 +91,7 @@ class Custodian:
 
     def __init__(self, settings: CustodianSettings) -> None:
         self.settings = settings
-        self.usage = UsageStore(settings.state_dir, settings.usage_seed)
+        self.usage = UsageStore(settings.state_dir, settings.usage_seed, settings.carved_seed)
         self.kube = kube_client(settings.kube) if settings.kube is not None else None
         self.live = LiveState(settings, self.kube)
         self.proxy = ModelProxy(settings, self.live, self.usage)

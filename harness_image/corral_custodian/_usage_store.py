@@ -20,12 +20,17 @@ from .budget import CallUsage, Held, UsageTotals, held_by
 
 
 class UsageStore:
-    def __init__(self, state_dir: Path | None, seed: UsageTotals | None = None) -> None:
+    def __init__(
+        self,
+        state_dir: Path | None,
+        seed: UsageTotals | None = None,
+        carved_seed: Held | None = None,
+    ) -> None:
         self._dir = state_dir
         # A resumed Session's new pod starts from what the lost one had spent; its own record
         # on disk (a restarted custodian in the same pod) already includes that.
         self.totals = dataclasses.replace(seed) if seed is not None else UsageTotals()
-        self.carved = Held()
+        self.carved = carved_seed if carved_seed is not None else Held()
         self._reservations: dict[int, CallUsage] = {}
         self._ids = itertools.count(1)
         if state_dir is not None:

@@ -22,7 +22,7 @@ from corral_common.memory import (
 )
 
 from . import _secrets
-from .budget import Budget, UsageTotals
+from .budget import Budget, Held, UsageTotals
 
 DEFAULT_ADDR = "127.0.0.1:8081"
 DEFAULT_UPSTREAM = "https://api.anthropic.com"
@@ -76,6 +76,8 @@ class CustodianSettings:
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     # A resumed Session's spending before its pod was lost: the record starts from it.
     usage_seed: UsageTotals | None = None
+    # ...and what it had given its children (CORRAL_CARVED_SEED), counted against it too.
+    carved_seed: Held | None = None
     max_in_flight: int = DEFAULT_MAX_IN_FLIGHT
     # The largest bundle of the agent's commits taken (CORRAL_MAX_BUNDLE_BYTES), and the
     # largest object in one (CORRAL_MAX_BLOB_BYTES); docs/delivery.md.
@@ -182,6 +184,22 @@ def _usage_seed(env: Mapping[str, str], name: str) -> UsageTotals | None:
     if min(seed.input, seed.output, seed.cache_read, seed.cache_write, seed.cost) < 0:
         raise SettingsError(f"{name} cannot be negative")
     return seed
+
+
+def _carved_seed(env: Mapping[str, str], name: str) -> Held | None:
+    """What a resumed Session's lost custodian had given its children (the operator's JSON:
+    the sum of their spec.budget), which the new one counts from the start."""
+    raw = env.get(name, "").strip()
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+        carved = Held(int(data.get("tokens") or 0), float(data.get("cost") or 0.0))
+    except (ValueError, TypeError, AttributeError) as e:
+        raise SettingsError(f"{name} must be a JSON object with tokens and a cost: {e}") from e
+    if carved.tokens < 0 or carved.cost < 0:
+        raise SettingsError(f"{name} cannot be negative")
+    return carved
 
 
 def _number(env: Mapping[str, str], name: str, kind: type[int] | type[float]) -> Any:
@@ -368,6 +386,7 @@ def from_env(env: Mapping[str, str]) -> CustodianSettings:
         ),
         state_dir=_path(env, "CORRAL_STATE_DIR"),
         usage_seed=_usage_seed(env, "CORRAL_USAGE_SEED"),
+        carved_seed=_carved_seed(env, "CORRAL_CARVED_SEED"),
         agent_name=agent_name,
         agent_spec_file=_path(env, "CORRAL_AGENT_SPEC_FILE"),
         agent_spec_json=env.get("CORRAL_AGENT_SPEC_JSON") or None,

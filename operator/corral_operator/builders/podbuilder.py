@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -309,6 +310,10 @@ class ResumePoint:
 
     revision: str | None
     usage: Usage
+    # What the lost custodian had given its children (the sum of their spec.budget): it
+    # counts against the Session in the new pod too, never from zero.
+    carved_tokens: int = 0
+    carved_cost: float = 0.0
 
 
 def _usage_seed_env(resume: ResumePoint | None) -> list[dict[str, Any]]:
@@ -317,7 +322,22 @@ def _usage_seed_env(resume: ResumePoint | None) -> list[dict[str, Any]]:
     u = resume.usage
     seed = {"input": u.input_tokens, "output": u.output_tokens, "cacheRead": u.cache_read_tokens,
             "cacheWrite": u.cache_write_tokens, "cost": u.cost}  # fmt: skip
-    return [env("CORRAL_USAGE_SEED", json.dumps(seed, sort_keys=True))]
+    out = [env("CORRAL_USAGE_SEED", json.dumps(seed, sort_keys=True))]
+    if resume.carved_tokens or resume.carved_cost:
+        carved = {"tokens": resume.carved_tokens, "cost": resume.carved_cost}
+        out.append(env("CORRAL_CARVED_SEED", json.dumps(carved, sort_keys=True)))
+    return out
+
+
+def carved_for(children: Iterable[dict[str, Any]]) -> tuple[int, float]:
+    """What a Session's custodian gave its children: their spec.budget, summed (the custodian
+    carves exactly that from its own when it creates one)."""
+    tokens, cost = 0, 0.0
+    for child in children:
+        budget = ((child.get("spec") or {}).get("budget")) or {}
+        tokens += int(budget.get("tokens") or 0)
+        cost += float(budget.get("costUSD") or 0.0)
+    return tokens, round(cost, 6)
 
 
 def _budget_env(budget: Budget) -> list[dict[str, Any]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import secrets
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -23,6 +24,7 @@ from ..builders.podbuilder import (
     ResumePoint,
     SandboxManifests,
     build_sandbox,
+    carved_for,
 )
 from ..kube import object_path
 from ..planning.lineage import Lineage
@@ -74,7 +76,10 @@ async def create_sandbox(
     wire_token, credential = secrets.token_urlsafe(32), secrets.token_urlsafe(32)
     egress_credential = secrets.token_urlsafe(32)  # the custodian's, for the egress gateway
 
-    resume = resume_point(body)
+    children: list[dict[str, Any]] = []
+    if (body.get("status") or {}).get("restarts"):  # a resumed Session: what it gave them
+        children = await ctx.own_children(str(body["metadata"].get("uid", "")))
+    resume = resume_point(body, children)
 
     def build(egress: str) -> SandboxManifests:
         return build_sandbox(
@@ -117,13 +122,19 @@ async def create_sandbox(
     return None
 
 
-def resume_point(body: dict[str, Any]) -> ResumePoint | None:
-    """Where a Session that lost its pod resumes: its delivered revision and its usage."""
+def resume_point(
+    body: dict[str, Any], children: Iterable[dict[str, Any]] = ()
+) -> ResumePoint | None:
+    """Where a Session that lost its pod resumes: its delivered revision, its usage and what
+    its custodian had carved for `children` (its own child Sessions)."""
     status = SessionStatus.model_validate(body.get("status") or {})
     if not status.restarts:
         return None
     revision = status.delivery.revision if status.delivery is not None else None
-    return ResumePoint(revision=revision, usage=status.usage)
+    tokens, cost = carved_for(children)
+    return ResumePoint(
+        revision=revision, usage=status.usage, carved_tokens=tokens, carved_cost=cost
+    )
 
 
 async def _kept_egress_credential(ctx: LoopContext, secret: dict[str, Any]) -> str | None:

@@ -346,3 +346,32 @@ def test_a_resumed_sessions_record_starts_from_what_it_had_spent(tmp_path: Path)
     for bad in ('{"input": -1}', "not json", "[1]"):
         with pytest.raises(SettingsError, match="CORRAL_USAGE_SEED"):
             from_env(env | {"CORRAL_USAGE_SEED": bad})
+
+
+def test_a_resumed_custodian_counts_what_the_lost_one_gave_its_children(tmp_path: Path) -> None:
+    """A child keeps the budget it was carved; the parent's new custodian must not give it out
+    again or spend it: it starts with the carve (CORRAL_CARVED_SEED) as well as the usage."""
+    from corral_custodian._usage_store import UsageStore
+
+    env = {
+        "CORRAL_CUSTODIAN_INSECURE": "1",
+        "CORRAL_AGENT_SPEC_JSON": '{"identity":"x","model":"m"}',
+        "CORRAL_BUDGET_TOKENS": "1000",
+        "CORRAL_USAGE_SEED": '{"input": 300, "output": 0, "cost": 0}',
+        "CORRAL_CARVED_SEED": '{"tokens": 500, "cost": 0.5}',
+    }
+    settings = from_env(env)
+    store = UsageStore(None, settings.usage_seed, settings.carved_seed)
+    assert (store.carved.tokens, store.carved.cost) == (500, 0.5)
+    assert remaining(settings.budget, store.totals, store.reserved, store.carved).tokens == 200
+    without = UsageStore(None, settings.usage_seed)  # what it was before: 700 to give again
+    assert (
+        remaining(settings.budget, without.totals, without.reserved, without.carved).tokens == 700
+    )
+    # A restarted custodian in the same pod reads its own carve record, which includes the seed.
+    kept = UsageStore(tmp_path, settings.usage_seed, settings.carved_seed)
+    kept.carve(Held(100, 0.0), "child-b")
+    assert UsageStore(tmp_path, None, None).carved.tokens == 600
+    for bad in ('{"tokens": -1}', "not json", "[1]"):
+        with pytest.raises(SettingsError, match="CORRAL_CARVED_SEED"):
+            from_env(env | {"CORRAL_CARVED_SEED": bad})
