@@ -25,6 +25,8 @@ from pathlib import Path
 
 import httpx
 
+from corral_common.asgi import LISTEN_FD_ENV
+
 from ._localpaths import write_secret
 from ._providers_local import CREDENTIAL_VARIABLES
 
@@ -50,6 +52,20 @@ def _die_with_parent() -> None:
 
         pr_set_pdeathsig = 1
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+
+
+def listening_socket() -> socket.socket:
+    """A loopback socket, bound to a port the kernel chose and listening, for a part to
+    inherit."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        sock.set_inheritable(True)
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 def free_port() -> int:
@@ -108,14 +124,31 @@ class Parts:
             return env | {CREDENTIAL_ENV: str(self.custodian_credential())}
         return env
 
-    def start(self, name: str, argv: list[str], env: dict[str, str], port: int) -> Part:
+    def start(
+        self,
+        name: str,
+        argv: list[str],
+        env: dict[str, str],
+        port: int | None = None,
+        *,
+        listener: socket.socket | None = None,
+    ) -> Part:
+        """Start a part that serves on `port`, or on `listener` (which it inherits; this
+        process's copy is closed once the part has it)."""
         env = self._pod_env(argv, env)
+        fds: tuple[int, ...] = ()
+        if listener is not None:
+            port = int(listener.getsockname()[1])
+            fds = (listener.fileno(),)
+            env = env | {LISTEN_FD_ENV: str(listener.fileno())}
+        assert port is not None, "a part serves on a port or a listener"
         self.log_dir.mkdir(parents=True, exist_ok=True)
         log = self.log_dir / f"{name}.log"
         with log.open("ab") as out:
             process = subprocess.Popen(
                 argv,
                 env=env,
+                pass_fds=fds,
                 # Never the person's directory (often the workspace): whatever a part writes
                 # relative to its working directory stays with the run's state.
                 cwd=self.log_dir.parent,
@@ -125,6 +158,8 @@ class Parts:
                 start_new_session=True,
                 preexec_fn=_die_with_parent,  # corral run starts no threads that fork
             )
+        if listener is not None:
+            listener.close()  # the part holds it now
         part = Part(name, f"http://127.0.0.1:{port}", process, log, argv)
         self.running.append(part)
         return part

@@ -445,7 +445,8 @@ class LocalRun:
     ) -> proc.Part:
         """The custodian holds the model key; nothing else in the run is given it."""
         spec = self.session.spec
-        port = proc.free_port()
+        listener = proc.listening_socket()
+        port = listener.getsockname()[1]
         env = proc.base_env() | {
             "CORRAL_CUSTODIAN_ADDR": f"127.0.0.1:{port}",
             "CORRAL_UPSTREAM_URL": route.upstream,
@@ -489,14 +490,15 @@ class LocalRun:
         # a pod: the harness's spans come through its relay (docs/tracing.md).
         if collector := traces_endpoint(os.environ):
             env["CORRAL_OTLP_TRACES_ENDPOINT"] = collector
-        return self.parts.start("custodian", proc.part_argv(proc.CUSTODIAN), env, port)
+        return self.parts.start("custodian", proc.part_argv(proc.CUSTODIAN), env, listener=listener)
 
     def _start_harness(
         self, workspace: Path, custodian_url: str, gateway: LocalGateway | None = None
     ) -> proc.Part:
         self._token = secrets.token_urlsafe(32)
         token_file = write_secret(self.state_dir / "secrets" / "wire-token", self._token)
-        port = proc.free_port()
+        listener = proc.listening_socket()
+        port = listener.getsockname()[1]
         # The collector is the custodian's to reach; the harness exports to the relay.
         env = proc.base_env(drop=(ENDPOINT_ENV, TRACES_ENDPOINT_ENV)) | {
             "CORRAL_HARNESS_ADDR": f"127.0.0.1:{port}",
@@ -512,7 +514,7 @@ class LocalRun:
         if gateway is not None:
             # The harness's children (the agent's commands) inherit them: no credential.
             env |= gateway.tools_env()
-        return self.parts.start("harness", proc.part_argv(proc.HARNESS), env, port)
+        return self.parts.start("harness", proc.part_argv(proc.HARNESS), env, listener=listener)
 
     async def drive(self, workspace: Path) -> DriverOutcome:
         route = self._route()

@@ -19,3 +19,9 @@ def bearer_token(scope: Mapping[str, Any]) -> bytes:
 async def no_receive() -> dict[str, Any]:
     """A `receive` for a response that never reads the request."""
     return {"type": "http.disconnect"}
+
+
+# A listening socket the harness or the custodian inherits and serves on instead of binding
+# its address (`corral run` binds it and holds it until the process has it: a port only
+# chosen could be taken by another process first, and the run would speak to that one).
+LISTEN_FD_ENV = "CORRAL_LISTEN_FD"

@@ -42,8 +42,9 @@ import asyncio
 import logging
 import os
 import signal
+import socket
 import sys
-from collections.abc import Coroutine, Generator
+from collections.abc import Coroutine, Generator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -51,6 +52,7 @@ import uvicorn
 from starlette.types import ASGIApp
 
 from corral_common import logs
+from corral_common.asgi import LISTEN_FD_ENV
 from corral_common.catalog import CatalogError, check_catalog
 
 from ._adopt import ADOPT_KEY_ENV, serve_pooled
@@ -107,6 +109,8 @@ async def listen(listeners: list[tuple[ASGIApp, str, int]]) -> None:
     """Serve each (app, host, port) until a signal, or until one listener ends. Every body a
     listener answers leaves through the redactor (_secrets.RedactResponses)."""
     servers = [_server(RedactResponses(app), host, port) for app, host, port in listeners]
+    # The harness-facing listener may be inherited, already bound (`corral run`).
+    inherited = _inherited_listener(os.environ)
 
     def stop() -> None:
         for server in servers:
@@ -115,11 +119,25 @@ async def listen(listeners: list[tuple[ASGIApp, str, int]]) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop)
-    tasks = [asyncio.ensure_future(s.serve()) for s in servers]
+    tasks = [
+        asyncio.ensure_future(s.serve(sockets=inherited if i == 0 else None))
+        for i, s in enumerate(servers)
+    ]
     # One listener ending (a bind failure, say) ends the other: both or neither.
     await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
     stop()
     await asyncio.gather(*tasks)
+
+
+def _inherited_listener(env: Mapping[str, str]) -> list[socket.socket] | None:
+    fd = env.get(LISTEN_FD_ENV, "").strip()
+    if not fd:
+        return None
+    if not fd.isdigit():
+        raise SettingsError(f"{LISTEN_FD_ENV} must be a file descriptor, not {fd!r}")
+    sock = socket.socket(fileno=int(fd))
+    sock.set_inheritable(False)
+    return [sock]
 
 
 def main(argv: list[str] | None = None) -> int:

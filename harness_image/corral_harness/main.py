@@ -18,12 +18,15 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
+from collections.abc import Mapping
 
 import uvicorn
 from fastapi import FastAPI
 
 from corral_common import logs
+from corral_common.asgi import LISTEN_FD_ENV
 from corral_common.catalog import check_catalog, window_of
 
 from .adopt import gate_for
@@ -84,15 +87,31 @@ def main() -> None:
     except (ConfigError, OSError, ValueError) as exc:
         print(f"corral-harness: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
-    uvicorn.run(
-        app,
-        host=config.host,
-        port=config.port,
-        log_level="warning",
-        log_config=None,  # uvicorn's lines go through the handler above, in its format
-        access_log=False,
-        timeout_graceful_shutdown=5,
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=config.host,
+            port=config.port,
+            log_level="warning",
+            log_config=None,  # uvicorn's lines go through the handler above, in its format
+            access_log=False,
+            timeout_graceful_shutdown=5,
+        )
     )
+    server.run(sockets=inherited_listener(os.environ))
+
+
+def inherited_listener(env: Mapping[str, str]) -> list[socket.socket] | None:
+    """The listening socket `corral run` bound and handed down (CORRAL_LISTEN_FD), if any:
+    served as it is, so no other process can take its port first."""
+    fd = env.get(LISTEN_FD_ENV, "").strip()
+    if not fd:
+        return None
+    if not fd.isdigit():
+        raise SystemExit(f"corral-harness: {LISTEN_FD_ENV} must be a file descriptor, not {fd!r}")
+    sock = socket.socket(fileno=int(fd))
+    sock.set_inheritable(False)  # the agent's commands never get it
+    return [sock]
 
 
 if __name__ == "__main__":
