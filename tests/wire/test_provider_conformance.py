@@ -402,3 +402,34 @@ async def test_the_budget_is_enforced_from_the_providers_usage(
     assert run.outcome.error is not None
     assert run.outcome.error.type == "budget_exceeded_error", run.outcome.error
     assert len(run.bodies) == 1 and (tmp_path / "once").exists()
+
+
+@pytest.mark.parametrize("line_end", ["\r\n", "\r"], ids=["crlf", "lone-cr"])
+async def test_every_kind_of_line_end_reads_alike(
+    routes: Any, provider: str, adapter: type[StreamingEngine], tmp_path: Path, line_end: str
+) -> None:
+    events = (START + text_block(0, "ends differ") + ends("end_turn") + STOP).decode()
+    body = events.replace("\n", line_end).encode()
+    run = await _drive(routes, provider, adapter, tmp_path, stream(body))
+    assert run.outcome.status == "completed", run.outcome.error
+    [end] = run.ends()
+    assert end.message["content"] == [{"type": "text", "text": "ends differ"}]
+
+
+async def test_comments_pings_and_data_over_several_lines_read_alike(
+    routes: Any, provider: str, adapter: type[StreamingEngine], tmp_path: Path
+) -> None:
+    delta = {"type": "content_block_delta", "index": 0,
+             "delta": {"type": "text_delta", "text": " and more"}}  # fmt: skip
+    text = json.dumps(delta)
+    split = text.index('"delta"')
+    several = f"event: content_block_delta\ndata: {text[:split]}\ndata: {text[split:]}\n\n"
+    start = event("content_block_start", index=0, content_block={"type": "text", "text": "one"})
+    body = (
+        b": a comment the reader skips\n\n" + START + event("ping") + start + several.encode()
+        + event("content_block_stop", index=0) + ends("end_turn") + STOP
+    )  # fmt: skip
+    run = await _drive(routes, provider, adapter, tmp_path, stream(body))
+    assert run.outcome.status == "completed", run.outcome.error
+    [end] = run.ends()
+    assert end.message["content"] == [{"type": "text", "text": "one and more"}]
