@@ -32,10 +32,10 @@ import httpx
 
 from corral_api.providers import BEDROCK_ANTHROPIC_VERSION, ModelProvider
 from corral_common import sigv4
-from corral_common.catalog import ModelInfo, models
 
 from .. import _secrets, settings
 from ..model_rules import encode_body
+from ..prices import price_for
 from . import _sts
 from ._base import (
     ModelRequest,
@@ -81,19 +81,11 @@ STREAM_ERRORS: dict[str, str] = {
 }
 
 
-def catalog_entry(model: str) -> ModelInfo | None:
-    """The catalog's entry for `model`: its name or alias, else the longest name it starts with
-    (a newer dated id of a known model)."""
-    known = models()
-    if model in known:
-        return known[model]
-    matches = [name for name in known if model.startswith(name)]
-    return known[max(matches, key=len)] if matches else None
-
-
 def bedrock_model_id(model: str, prefix: str) -> str | None:
     """The id Bedrock knows `model` by in a region whose inference profile is `prefix`."""
-    entry = catalog_entry(model)
+    # Its own entry (a name or an alias), else that of the longest catalog name it starts
+    # with (a newer dated id), as prices are found.
+    entry = price_for(model)
     model_id = entry.id_for("bedrock") if entry is not None else None
     if model_id is None:
         return None
