@@ -21,8 +21,9 @@ import stat
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..context.instructions import NamedFileIndex, SurveyGenerations
 from ..paths import GrantedRoot, PathVerdict
@@ -444,14 +445,16 @@ async def run_command(
     """
     if _pidfd_usable():
         return await _run_watching_pidfd(argv, cwd, timeout, keep_bytes)
-    proc = await asyncio.create_subprocess_exec(
-        *argv,
-        cwd=cwd,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-        env=child_env(),
-        start_new_session=True,
+    proc = await _started(
+        asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            env=child_env(),
+            start_new_session=True,
+        )
     )
     assert proc.stdout is not None
     kept = HeadTail(keep_bytes)
@@ -475,6 +478,23 @@ async def run_command(
             await asyncio.wait_for(proc.wait(), 2)
         raise
     return CommandOutcome(proc.returncode or 0, kept.text(), False)
+
+
+async def _started(
+    creating: Coroutine[Any, Any, asyncio.subprocess.Process],
+) -> asyncio.subprocess.Process:
+    """The process `creating` starts. asyncio's creation awaits after the fork (its pipes and
+    its watcher): a cancellation then would leave a running group nobody kills, so the creation
+    is finished first and the group killed before the cancellation goes on."""
+    task = asyncio.ensure_future(creating)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            proc = await task
+            _kill_group(proc.pid)
+            await asyncio.wait_for(proc.wait(), 2)
+        raise
 
 
 @functools.cache

@@ -9,6 +9,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -112,3 +113,37 @@ async def test_no_thread_waits_for_a_command_on_a_pidfd(waiting: str, tmp_path: 
         assert added == []
     else:  # asyncio's child watcher: a thread per child
         assert added
+
+
+async def test_a_cancellation_while_asyncio_still_creates_the_process_kills_its_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncio's process creation awaits after the fork (pipes, watcher): a cancellation then
+    must still kill the group it started (it leaked, and a loaded machine showed it)."""
+    monkeypatch.setattr(_local, "_pidfd_usable", lambda: False)
+    pidfile = tmp_path / "child.pid"
+    real = asyncio.create_subprocess_exec
+    forked = asyncio.Event()
+
+    async def slow_after_the_fork(*args: Any, **kwargs: Any) -> asyncio.subprocess.Process:
+        proc = await real(*args, **kwargs)
+        forked.set()
+        await asyncio.sleep(2)  # still creating, as far as the caller knows
+        return proc
+
+    monkeypatch.setattr(asyncio, "create_subprocess_exec", slow_after_the_fork)
+    script = f"sleep 30 & echo $! > {pidfile}; wait"
+    task = asyncio.create_task(run_command(["/bin/sh", "-c", script], str(tmp_path), 60))
+    await asyncio.wait_for(forked.wait(), 15)
+    deadline = time.monotonic() + 15
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        assert time.monotonic() < deadline
+        await asyncio.sleep(0.02)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 5
+    while not _gone(child):
+        assert time.monotonic() < deadline, "the command's child outlived the cancellation"
+        await asyncio.sleep(0.02)
