@@ -24,7 +24,6 @@ and validation; no I/O.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Sequence
 from typing import Literal
 from urllib.parse import urlsplit
@@ -32,7 +31,6 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 ProviderType = Literal["anthropic", "bedrock", "vertex", "gateway"]
-PROVIDER_TYPES: tuple[str, ...] = ("anthropic", "bedrock", "vertex", "gateway")
 # The provider an install has when it names none: the Messages API at the operator's
 # `--model-upstream-url` (the chart's `sandbox.modelUpstreamUrl`).
 IMPLICIT_PROVIDER = "anthropic"
@@ -302,6 +300,3 @@ def choose_provider(
         f"the Agent names provider {wanted!r}, which is not defined (known: {known})"
     )
 
-
-def valid_model_id(model_id: str) -> bool:
-    return re.match(r"^[A-Za-z0-9][A-Za-z0-9._:@/-]{0,255}$", model_id) is not None

@@ -110,3 +110,26 @@ class PassThroughAnswer(UpstreamAnswer):
 
     async def aclose(self) -> None:
         await self._response.aclose()
+
+
+class ReadAnswer(UpstreamAnswer):
+    """An answer already read and put in the Messages API's terms (a provider's refusal,
+    translated)."""
+
+    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
+        self.status_code = status
+        self.headers = headers
+        self._body = body
+
+    @property
+    def is_stream(self) -> bool:
+        return False
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        yield self._body
+
+    async def read(self) -> bytes:
+        return self._body
+
+    async def aclose(self) -> None:
+        return

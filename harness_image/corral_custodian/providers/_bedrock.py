@@ -42,6 +42,7 @@ from ._base import (
     PassThroughAnswer,
     Provider,
     ProviderRefusal,
+    ReadAnswer,
     StreamBroken,
     UpstreamAnswer,
 )
@@ -120,29 +121,7 @@ def _bedrock_message(data: bytes) -> str:
     return data.decode("utf-8", "replace")[:500] or "no message"
 
 
-class BufferedAnswer(UpstreamAnswer):
-    """An answer already read and translated: a Bedrock refusal as an Anthropic-style error."""
-
-    def __init__(self, status: int, body: bytes, headers: dict[str, str]) -> None:
-        self.status_code = status
-        self.headers = headers
-        self._body = body
-
-    @property
-    def is_stream(self) -> bool:
-        return False
-
-    async def stream(self) -> AsyncIterator[bytes]:
-        yield self._body
-
-    async def read(self) -> bytes:
-        return self._body
-
-    async def aclose(self) -> None:
-        return
-
-
-def translate_error(response: httpx.Response, data: bytes) -> tuple[BufferedAnswer, bool]:
+def translate_error(response: httpx.Response, data: bytes) -> tuple[ReadAnswer, bool]:
     """Bedrock's refusal as the Messages API's, and whether it refused the credentials."""
     error_type = response.headers.get("x-amzn-errortype", "").split(":", 1)[0].strip()
     if not error_type:
@@ -163,7 +142,7 @@ def translate_error(response: httpx.Response, data: bytes) -> tuple[BufferedAnsw
     for name in ("retry-after", "x-amzn-requestid"):
         if name in response.headers:
             headers["request-id" if name == "x-amzn-requestid" else name] = response.headers[name]
-    return BufferedAnswer(status, _error_body(kind, message), headers), status == 401
+    return ReadAnswer(status, headers, _error_body(kind, message)), status == 401
 
 
 def _sse(kind: str, data: bytes) -> bytes:

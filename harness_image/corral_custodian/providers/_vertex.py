@@ -13,7 +13,6 @@ from Vertex drops the cached token, so the next request mints another.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import quote
 
@@ -29,6 +28,7 @@ from ._base import (
     PassThroughAnswer,
     Provider,
     ProviderRefusal,
+    ReadAnswer,
     UpstreamAnswer,
 )
 from ._google_token import KeyProblem, TokenSource, parse_key
@@ -122,28 +122,6 @@ class VertexProvider(Provider):
         return translated_error(response.status_code, response.headers, data)
 
 
-class ErrorAnswer(UpstreamAnswer):
-    """An error already read and put in the Messages API's terms."""
-
-    def __init__(self, status: int, headers: dict[str, str], body: bytes) -> None:
-        self.status_code = status
-        self.headers = headers
-        self._body = body
-
-    @property
-    def is_stream(self) -> bool:
-        return False
-
-    async def stream(self) -> AsyncIterator[bytes]:
-        yield self._body
-
-    async def read(self) -> bytes:
-        return self._body
-
-    async def aclose(self) -> None:
-        return
-
-
 def _google_error(data: Any) -> dict[str, Any] | None:
     """The `error` object of Google's error shape (sometimes a list of one such answer)."""
     if isinstance(data, list) and len(data) == 1:
@@ -179,7 +157,7 @@ def translated_error(status: int, headers: httpx.Headers, data: bytes) -> Upstre
         parsed = None
     if _anthropic_shaped(parsed):
         kept["x-should-retry"] = "true" if _retryable(status) else "false"
-        return ErrorAnswer(status, kept, data)
+        return ReadAnswer(status, kept, data)
     error = _google_error(parsed)
     google_status = error.get("status") if error is not None else None
     if isinstance(google_status, str) and google_status in GOOGLE_STATUSES:
@@ -194,4 +172,4 @@ def translated_error(status: int, headers: httpx.Headers, data: bytes) -> Upstre
         message = f"HTTP {status}" + (f": {text}" if text else "")
     kept["x-should-retry"] = "true" if retry else "false"
     body = {"type": "error", "error": {"type": kind, "message": f"{PROVIDER_NAME}: {message}"}}
-    return ErrorAnswer(mapped, kept, json.dumps(body).encode())
+    return ReadAnswer(mapped, kept, json.dumps(body).encode())

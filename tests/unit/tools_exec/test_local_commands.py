@@ -36,6 +36,13 @@ def _gone(pid: int) -> bool:
     return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
 
 
+async def _until_gone(child: int, what: str) -> None:
+    deadline = time.monotonic() + 5
+    while not _gone(child):
+        assert time.monotonic() < deadline, f"the command's child outlived {what}"
+        await asyncio.sleep(0.02)
+
+
 async def test_output_exit_code_and_signals(waiting: str, tmp_path: Path) -> None:
     done = await run_command(["/bin/sh", "-c", "pwd; echo err >&2; exit 3"], str(tmp_path), 10)
     assert (done.exit_code, done.timed_out) == (3, False)
@@ -69,11 +76,7 @@ async def test_a_timeout_kills_the_group_and_keeps_the_output(waiting: str, tmp_
     done = await run_command(["/bin/sh", "-c", script], str(tmp_path), 0.5)
     assert (done.exit_code, done.timed_out) == (-9, True)
     assert done.output == "before\n"
-    child = int(pidfile.read_text())
-    deadline = time.monotonic() + 5
-    while not _gone(child):
-        assert time.monotonic() < deadline, "the command's child outlived the timeout"
-        await asyncio.sleep(0.02)
+    await _until_gone(int(pidfile.read_text()), "the timeout")
 
 
 async def test_cancelling_kills_the_group(waiting: str, tmp_path: Path) -> None:
@@ -88,11 +91,7 @@ async def test_cancelling_kills_the_group(waiting: str, tmp_path: Path) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    child = int(pidfile.read_text())
-    deadline = time.monotonic() + 5
-    while not _gone(child):
-        assert time.monotonic() < deadline, "the command's child outlived the cancellation"
-        await asyncio.sleep(0.02)
+    await _until_gone(int(pidfile.read_text()), "the cancellation")
 
 
 async def test_a_flood_is_held_to_its_head_and_tail(waiting: str, tmp_path: Path) -> None:
@@ -142,8 +141,4 @@ async def test_a_cancellation_while_asyncio_still_creates_the_process_kills_its_
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
-    child = int(pidfile.read_text())
-    deadline = time.monotonic() + 5
-    while not _gone(child):
-        assert time.monotonic() < deadline, "the command's child outlived the cancellation"
-        await asyncio.sleep(0.02)
+    await _until_gone(int(pidfile.read_text()), "the cancellation")
