@@ -82,8 +82,14 @@ class LoopContext:
             found = seen.get(self.namespace, name)  # as kept: the same shape either way
         return found
 
-    async def read_agent(self, agent_ref: str) -> dict[str, Any] | None:
+    async def read_agent(self, agent_ref: str, *, fresh: bool = False) -> dict[str, Any] | None:
+        """The Agent as watched; `fresh` reads it from the API server, for a pass that makes a
+        pod from it: an Agent patched just before its Session was applied may not have reached
+        the watch yet, and a pod made from the older Agent would keep its credentials."""
         path = corral_path("Agent", self.namespace, agent_ref)
+        if fresh:
+            self.rt.agents.saw(self.namespace, agent_ref, await self.kube.get(path))
+            return self.rt.agents.get(self.namespace, agent_ref)
         return await self.read_through(self.rt.agents, agent_ref, path)
 
     async def read_pod(self, *, ask: bool = True) -> dict[str, Any] | None:

@@ -66,10 +66,10 @@ async def observe(ctx: LoopContext) -> Observed | None:
     # A Session not yet planned has no pod unless the watch saw one: a pod in the way
     # shows as a 409 when it is created, and that pass looks everything up.
     unplanned = not status.get("conditions") and not ctx.look_up_existing
-    agent, pod = await asyncio.gather(
-        ctx.read_agent((body.get("spec") or {}).get("agentRef", "")),
-        ctx.read_pod(ask=not unplanned),
-    )
+    agent_ref = str((body.get("spec") or {}).get("agentRef", ""))
+    agent, pod = await asyncio.gather(ctx.read_agent(agent_ref), ctx.read_pod(ask=not unplanned))
+    if pod is None and status.get("phase") not in FINAL_PHASES:
+        agent = await ctx.read_agent(agent_ref, fresh=True)  # this pass may make the pod
     children = None
     if may_have_children(body, agent):
         children = await ctx.own_children(body["metadata"].get("uid", ""))
