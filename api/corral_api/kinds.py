@@ -40,6 +40,7 @@ SessionPhase = Literal[
     "WaitingForHuman",
     "WaitingForChildren",
     "WaitingForWake",
+    "Suspended",
     "Succeeded",
     "Failed",
     "Stopped",
@@ -47,6 +48,11 @@ SessionPhase = Literal[
 # The phases a Session never leaves.
 FINAL_PHASES: frozenset[str] = frozenset({"Succeeded", "Failed", "Stopped"})
 SettlementStatus = Literal["completed", "ended", "failed", "aborted"]
+# How a suspended Session's turn in flight ends: it finishes first, or is aborted at once.
+SuspendMode = Literal["afterTurn", "now"]
+# What a drain may do to a Session's sandbox pod (docs/operations.md, "Drains").
+DisruptionPolicy = Literal["allow", "whenIdle", "never"]
+DEFAULT_DISRUPTION_WAIT_SECONDS = 900
 
 # Caps the model can never raise; an Agent may only lower them.
 MAX_DEPTH_CAP = 3
@@ -296,6 +302,25 @@ class WarmPool(ApiModel):
     )
 
 
+class Disruption(ApiModel):
+    """What a voluntary disruption (a drain, an eviction) may do to this Agent's sandbox pods:
+    the operator holds a PodDisruptionBudget at maxUnavailable 0 for the pod while it must not
+    go (docs/operations.md, "Drains")."""
+
+    policy: DisruptionPolicy = Field(
+        default="whenIdle",
+        description="allow: never held; whenIdle: held while a turn is in flight, for at most "
+        "maxWaitSeconds of each turn; never: held for the pod's whole life.",
+    )
+    max_wait_seconds: int = Field(
+        default=DEFAULT_DISRUPTION_WAIT_SECONDS,
+        ge=0,
+        le=86_400,
+        description="whenIdle: how long a turn in flight may hold off a drain before the "
+        "budget is lifted and the pod may be evicted (the Session then resumes elsewhere).",
+    )
+
+
 class Sandbox(ApiModel):
     image: str | None = Field(
         default=None, description="Sandbox image; the operator's default when unset."
@@ -309,6 +334,10 @@ class Sandbox(ApiModel):
     )
     warm_pool: WarmPool | None = Field(
         default=None, description="Pods kept ready ahead of demand; absent: every pod is cold."
+    )
+    disruption: Disruption = Field(
+        default_factory=Disruption,
+        description="Whether a drain waits for the turn in flight (default: whenIdle, 900 s).",
     )
 
 
@@ -642,6 +671,17 @@ class SessionSpec(ApiModel):
     overrides: SessionOverrides | None = Field(default=None, description="Per-session dials.")
     evaluation: Evaluation | None = Field(default=None, description="Evaluation guard.")
     keep_sandbox: bool = Field(default=False, description="Keep the pod after the session ends.")
+    suspend: bool = Field(
+        default=False,
+        description="Park the Session: its turn in flight ends (suspendMode), its conversation "
+        "is archived and its pod deleted (phase Suspended); false again resumes it in a new pod "
+        "at the same point (docs/turns.md, \"Suspend and resume\").",
+    )
+    suspend_mode: SuspendMode = Field(
+        default="afterTurn",
+        description="afterTurn: the turn in flight finishes first; now: it is aborted and "
+        "continues after the resume.",
+    )
     ttl_seconds_after_finished: int | None = Field(
         default=None, ge=0, le=31_536_000, description="Delete the Session this long after it ends."
     )
@@ -873,6 +913,16 @@ class SessionStatus(ApiModel):
         description="How many times the Session resumed in a new sandbox pod after its pod was "
         "lost (the Resumed condition says why the last time).",
     )
+    suspensions: int = Field(
+        default=0,
+        ge=0,
+        description="How many times the Session was suspended (spec.suspend); each resume "
+        "restores its conversation in a new pod.",
+    )
+    suspended_from: SessionPhase | None = Field(
+        default=None,
+        description="While Suspended: the phase the Session resumes in.",
+    )
     resume_interruptions: int = Field(
         default=0,
         ge=0,
@@ -902,6 +952,12 @@ class SessionStatus(ApiModel):
     )
     conditions: list[Condition] = _conditions()
     observed_generation: int | None = Field(default=None, description="Last generation seen.")
+
+    @property
+    def restores_conversation(self) -> bool:
+        """A new pod of this Session starts from its archived conversation and its delivered
+        revision: it lost a pod, or it was suspended."""
+        return self.restarts > 0 or self.suspensions > 0
 
 
 class Session(Resource):

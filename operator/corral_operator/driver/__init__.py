@@ -10,6 +10,7 @@ from ._children import (
     waiting_for_of,
 )
 from ._decide import (
+    SUSPEND_CAUSE,
     decide_after_settlement,
     evaluate_exit,
     evaluate_substring,
@@ -38,6 +39,7 @@ from ._state import (
 from ._wake import WAITING_FOR_WAKE, seconds_until_wake
 
 __all__ = [
+    "SUSPEND_CAUSE",
     "WAITING_FOR_WAKE",
     "AdmissionRejected",
     "AnswerTooLarge",

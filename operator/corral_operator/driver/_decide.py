@@ -95,15 +95,19 @@ def resumed_decision(turn: int, revision: str | None) -> Decision:
     )
 
 
-def interrupted_decision(turn: int) -> Decision:
-    """After a freeze interrupted turn `turn`: stop driving, not finished. The turn is not
-    counted (no turn limit, no evaluation budget spent); its continuation is admitted under the
-    same number once the freeze is lifted."""
-    return Decision(
-        "finish",
-        "Running",
-        f"turn {turn} was interrupted by a freeze; it continues when the freeze is lifted",
-    )
+# The abort cause a suspend with suspendMode `now` interrupts the turn in flight with.
+SUSPEND_CAUSE = "suspend"
+
+
+def interrupted_decision(turn: int, cause: str | None = None) -> Decision:
+    """After a freeze (or a suspend) interrupted turn `turn`: stop driving, not finished. The
+    turn is not counted (no turn limit, no evaluation budget spent); its continuation is
+    admitted under the same number once the freeze is lifted (the Session resumed)."""
+    if cause == SUSPEND_CAUSE:
+        text = f"turn {turn} was interrupted by a suspend; it continues when the Session resumes"
+    else:
+        text = f"turn {turn} was interrupted by a freeze; it continues when the freeze is lifted"
+    return Decision("finish", "Running", text)
 
 
 def is_interrupted(state: DriverState) -> bool:
@@ -117,6 +121,14 @@ def continuation_message(state: DriverState, task: str, revision: str | None = N
     last = state.last_settlement
     if last is not None and (last.error or "").startswith(tuple(f"{e}:" for e in LOST_ERRORS)):
         text = resumed_decision(last.turn, revision).follow_up or ""
+    elif last is not None and (last.error or "").startswith(f"{SUSPEND_CAUSE}:"):
+        text = (
+            "Your previous turn was interrupted before it finished: the session was suspended, "
+            "and it has now resumed in a new sandbox with the conversation restored and the "
+            "workspace at the work the interrupted turn delivered. Results of commands still "
+            "running then are gone. Check the workspace's state, then continue the task where "
+            "you left off."
+        )
     else:
         text = (
             "Your previous turn was interrupted by a freeze before it finished. The freeze is "

@@ -28,6 +28,7 @@ from corral_common import logs
 
 from ._children import ChildrenReport, waiting_for_of
 from ._decide import (
+    SUSPEND_CAUSE,
     continuation_message,
     decide_after_settlement,
     evaluate_exit,
@@ -96,8 +97,11 @@ class SessionDriver:
         self._on_event = on_event
         self._check_timeout = check_timeout
         self._abort_requested = False
-        # The cause a freeze asked to interrupt with; the session continues once it is lifted.
+        # The cause a freeze (or a suspend) asked to interrupt with; the session continues
+        # once it is lifted.
         self._interrupt: str | None = None
+        # A suspend that lets the turn in flight finish: nothing is admitted after it.
+        self._hold_after_turn = False
         self._in_flight: str | None = None
         self._pick: str | None = None
         self._state = DriverState()
@@ -178,9 +182,10 @@ class SessionDriver:
                     Decision("finish", "Stopped", f"stopped on request after turn {ledger.turn}"),
                     last_text,
                 )
-            if self._interrupt is not None:
-                # Frozen between turns: the follow-up is admitted (as a resume) once lifted.
-                between = Decision("finish", "Running", state.message or "frozen between turns")
+            if self._interrupt is not None or self._hold_after_turn:
+                # Frozen or suspended between turns: the follow-up is admitted (as a resume)
+                # once lifted.
+                between = Decision("finish", "Running", state.message or "held between turns")
                 return await self._finish(between, last_text, saved=True)
             ledger = await self._admit(decision.follow_up)
 
@@ -198,6 +203,15 @@ class SessionDriver:
         self._interrupt = cause
         if self._in_flight is not None:
             await self._client.abort(self._conversation, cause=cause, submission_id=self._in_flight)
+
+    def hold_after_turn(self) -> None:
+        """A suspend that lets the turn in flight finish: settle it as usual, then stop
+        driving, not finished; the follow-up is admitted once the Session resumes."""
+        self._hold_after_turn = True
+
+    @property
+    def holding(self) -> bool:
+        return self._hold_after_turn
 
     # ------------------------------------------------------------------------------ steps
 
@@ -322,6 +336,9 @@ class SessionDriver:
             state.turns = max(state.turns, ledger.turn)
         state.usage = add_usage(state.usage, settled.usage)
         error = f"{settled.error.type}: {settled.error.message}" if settled.error else None
+        if interrupted and self._interrupt == SUSPEND_CAUSE:
+            # Recorded, so the turn's continuation after the resume says why it stopped.
+            error = f"{SUSPEND_CAUSE}: the Session was suspended mid-turn (suspendMode: now)"
         state.last_settlement = SettlementRecord(
             submission_id=settled.submissionId, status=settled.status, error=error, turn=ledger.turn
         )
@@ -333,7 +350,7 @@ class SessionDriver:
             state.plan = settled.plan
         state.answer = clip_answer(settled.text) or state.answer
         decision = (
-            interrupted_decision(ledger.turn)
+            interrupted_decision(ledger.turn, self._interrupt)
             if interrupted
             else resumed_decision(ledger.turn, self._resumed_from)
             if lost

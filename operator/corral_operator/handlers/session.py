@@ -42,6 +42,19 @@ async def session_daemon(
             post_event(last, PlannedEvent("Normal", "TurnAborted", "aborted before deletion"))
 
 
+@kopf.on.event(GROUP, VERSION, "sessions")
+async def session_changed(
+    type: str | None, body: kopf.Body, name: str, namespace: str | None, memo: kopf.Memo, **_: Any
+) -> None:
+    """A suspend or a resume asked for wakes the Session's loop at once (its driver, mid-turn),
+    instead of at its next recheck."""
+    if type != "MODIFIED" or not namespace:
+        return
+    wanted = bool((body.get("spec") or {}).get("suspend"))
+    if wanted != ((body.get("status") or {}).get("phase") == "Suspended"):
+        runtime(memo).wake(namespace, naming.label_value(name))
+
+
 @kopf.on.event(
     "",
     "v1",

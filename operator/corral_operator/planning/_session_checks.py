@@ -11,7 +11,7 @@ from typing import Any, Literal
 from pydantic import ValidationError
 
 from corral_api.freeze import FrozenBy
-from corral_api.kinds import SessionStatus
+from corral_api.kinds import SessionStatus, SuspendMode
 from corral_common.branches import session_refusal
 
 from ..driver import wait_satisfied
@@ -35,6 +35,7 @@ FROZEN_RECHECK = 30.0
 
 STARTING_MESSAGE = "waiting for the harness to be ready"
 RESUMED = "Resumed"  # the condition's type, and its Event's reason
+SUSPENDED_CONDITION = "Suspended"
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,10 @@ class SessionDecision:
     lineage: Lineage | None = None
     pod_ip: str | None = None
     frozen_by: FrozenBy | None = None
+    # Suspending: drive the turn in flight only to end it this way (spec.suspendMode).
+    suspend: SuspendMode | None = None
+    # Suspended: archive the conversation's log from the serving pod, then delete the pod.
+    suspend_pod: bool = False
     # The decision's own Events; the plan adds the phase change's after them.
     events: tuple[PlannedEvent, ...] = ()
 
@@ -241,6 +246,122 @@ def lineage_refused(inputs: SessionInputs) -> SessionDecision | None:
 def _out_of_turns(inputs: SessionInputs) -> SessionDecision:
     text = out_of_turns_message(inputs.old.turns, inputs.lineage.max_turns)
     return SessionDecision(_failed(inputs, text), "released", R.TURN_LIMIT_REACHED)
+
+
+# ---- spec.suspend: the turn in flight ends, the conversation is archived, the pod goes.
+
+
+def _suspended_condition(
+    inputs: SessionInputs, status: SessionStatus, value: Literal["True", "False"], why: str
+) -> SessionStatus:
+    conds = set_condition(
+        status.conditions,
+        SUSPENDED_CONDITION,
+        value,
+        why,
+        status.message or "",
+        now=inputs.stamp,
+        generation=inputs.generation,
+    )
+    return status.model_copy(update={"conditions": conds})
+
+
+def suspending(inputs: SessionInputs) -> SessionDecision | None:
+    """spec.suspend on a Session with a turn in flight at its serving harness: drive the turn
+    only to end it, as spec.suspendMode says (Suspending); the next pass parks it."""
+    spec = inputs.session.spec
+    if not spec.suspend or inputs.old.phase == "Suspended" or inputs.old.ledger is None:
+        return None
+    if not inputs.serving:
+        return None  # nothing serves the turn: parked as it stands (`suspended`)
+    how = "finishes first" if spec.suspend_mode == "afterTurn" else "is aborted"
+    text = f"suspending: turn {inputs.old.ledger.turn} {how}, then the pod goes"
+    status = inputs.seen.model_copy(update={"message": text})
+    return SessionDecision(
+        _suspended_condition(inputs, status, "False", R.SUSPENDING),
+        "ready",
+        R.SUSPENDING,
+        harness_url=inputs.harness_url,
+        lineage=inputs.lineage,
+        pod_ip=inputs.pod_ip,
+        suspend=spec.suspend_mode,
+        frozen_by=inputs.frozen_by,  # a Freeze wins: the turn is interrupted as it says
+    )
+
+
+def suspended(inputs: SessionInputs) -> SessionDecision | None:
+    """spec.suspend with no turn in flight (or none that a harness serves): park the Session.
+    With an archive its conversation's log is archived and its pod deleted, so it costs
+    nothing; without one the pod is kept, idle, since nothing else could resume it. A parked
+    Session whose spec.suspend is false again resumes (`unsuspended`)."""
+    old, pod = inputs.old, inputs.sandbox_pod
+    wanted = inputs.session.spec.suspend
+    if old.phase != "Suspended" and not wanted:
+        return None
+    archives = inputs.settings.archives
+    if old.phase == "Suspended" and not wanted and (pod is None or not archives):
+        return None  # resumes
+    if pod is not None and not inputs.pod_alive:  # going, or dead: wait until it is gone
+        dead = not (pod.get("metadata") or {}).get("deletionTimestamp")
+        return SessionDecision(
+            _parked(inputs, released=True), "released", R.SUSPENDED, requeue_after=1.0,
+            discard_pod=dead,
+        )  # fmt: skip
+    if pod is not None and not archives:
+        return SessionDecision(_parked(inputs, released=False), "kept", R.SUSPENDED)
+    parked = _parked(inputs, released=pod is None or archives)
+    # The log is read from a serving harness before its pod goes; one that does not serve
+    # (still starting) has written nothing the archive lacks.
+    return SessionDecision(
+        parked, "released", R.SUSPENDED, suspend_pod=pod is not None,
+        requeue_after=1.0 if pod is not None else None,
+        pod_ip=inputs.pod_ip if pod is not None and inputs.serving else None,
+    )  # fmt: skip
+
+
+def _parked(inputs: SessionInputs, *, released: bool) -> SessionStatus:
+    """The status of a parked Session: Suspended, from the phase it resumes in; counted once,
+    and only when its pod goes (a new pod restores the conversation from the archive)."""
+    old = inputs.old
+    if old.phase == "Suspended":
+        return old
+    if released:
+        text = "suspended (spec.suspend): the conversation is archived and the pod released"
+    else:
+        text = (
+            "suspended (spec.suspend): no turn is admitted; the pod is kept, idle, since no "
+            "archive is configured to resume it from"
+        )
+    parked = old.model_copy(
+        update={
+            "phase": "Suspended",
+            "suspended_from": old.phase,
+            "suspensions": old.suspensions + (1 if released else 0),
+            "pod_name": None if released else old.pod_name,
+            "message": text,
+        }
+    )
+    return _suspended_condition(inputs, parked, "True", R.SUSPENDED)
+
+
+def unsuspended(inputs: SessionInputs) -> SessionDecision | None:
+    """A parked Session whose spec.suspend is false again: back to the phase it was parked
+    in; a new pod restores its conversation, or its kept pod serves on."""
+    old = inputs.old
+    if old.phase != "Suspended" or inputs.session.spec.suspend:
+        return None
+    text = "resumed (spec.suspend is false): " + (
+        "a new pod restores the conversation" if old.pod_name is None else "the kept pod serves"
+    )
+    back = old.model_copy(
+        update={"phase": old.suspended_from or "Pending", "suspended_from": None, "message": text}
+    )
+    back = _suspended_condition(inputs, back, "False", R.UNSUSPENDED)
+    event = PlannedEvent("Normal", R.UNSUSPENDED, text)
+    return SessionDecision(
+        back, "absent", R.UNSUSPENDED, requeue_after=0.05, lineage=inputs.lineage,
+        events=(event,),
+    )  # fmt: skip
 
 
 # ---- no living pod: it was lost, it is still going, or it is to be created.
@@ -499,6 +620,9 @@ SESSION_CHECKS: tuple[SessionCheck, ...] = (
     budget_above_agent,
     branch_refused,
     lineage_refused,
+    suspending,
+    suspended,
+    unsuspended,
     pod_lost,
     pod_terminating,
     no_turn_to_start,

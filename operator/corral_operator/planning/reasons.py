@@ -58,3 +58,9 @@ RESUMING = "Resuming"
 POD_DELETED = "PodDeleted"  # the pod was deleted (by a person, a drain's eviction, the GC)
 POD_EVICTED = "PodEvicted"  # the kubelet evicted it (node pressure)
 NODE_LOST = "NodeLost"  # its node stopped answering
+
+# Suspended (docs/turns.md, "Suspend and resume"): spec.suspend parks the Session; the reason
+# says where it stands, and Progressing carries the same reason while it holds.
+SUSPENDING = "Suspending"  # its turn in flight ends first (suspendMode), then its pod goes
+SUSPENDED = "Suspended"  # parked: archived, no pod (or, without an archive, its pod kept idle)
+UNSUSPENDED = "Unsuspended"  # spec.suspend is false again: it resumes in a new pod

@@ -13,7 +13,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from corral_api.freeze import FrozenBy
-from corral_api.kinds import FINAL_PHASES, SessionStatus
+from corral_api.kinds import FINAL_PHASES, SessionStatus, SuspendMode
 
 from ..settings import OperatorSettings
 from . import reasons as R
@@ -61,6 +61,10 @@ class SessionPlan:
     # Driving only to stop: a Freeze holds the Session while its turn is in flight, so the
     # loop re-attaches and interrupts it (abort, cause `freeze`) at once.
     frozen_by: FrozenBy | None = None
+    # Driving only to end the turn in flight as spec.suspendMode says (the Session suspends).
+    suspend: SuspendMode | None = None
+    # Release the pod of a suspended Session, its conversation's log archived first.
+    suspend_pod: bool = False
 
     @property
     def drive(self) -> bool:
@@ -119,7 +123,10 @@ def session_conditions(
         "kept": ("True", R.SANDBOX_KEPT, "the sandbox pod is kept (keepSandbox)"),
     }[sandbox]
     put("Ready", ready_reason[0], ready_reason[1], ready_reason[2])  # type: ignore[arg-type]
-    if status.phase in FINAL_PHASES:
+    if status.phase == "Suspended":
+        put("Progressing", "False", reason or R.SUSPENDED, message)
+        conds = remove_condition(remove_condition(conds, "Succeeded"), "Failed")
+    elif status.phase in FINAL_PHASES:
         # Why a session ended is said once: a later pass keeps the reason it ended with.
         # (Succeeded is removed while a session runs, so finding it means it had ended.)
         ended = get_condition(conds, "Succeeded")
@@ -225,6 +232,8 @@ def _plan_of(inputs: SessionInputs, decision: SessionDecision) -> SessionPlan:
         lineage=decision.lineage,
         pod_ip=decision.pod_ip,
         frozen_by=decision.frozen_by,
+        suspend=decision.suspend,
+        suspend_pod=decision.suspend_pod,
     )
 
 

@@ -15,13 +15,14 @@ from typing import Any
 import httpx
 
 from corral_api.freeze import FREEZE_CAUSE, FrozenBy
-from corral_api.kinds import Agent, Session, SessionStatus
+from corral_api.kinds import Agent, Session, SessionStatus, SuspendMode
 from corral_api.wire import CustodianDelivery, CustodianUsage
 from corral_common import logs
 from corral_kube import KubeError
 
 from ..custodianclient import read_delivery, read_usage
 from ..driver import (
+    SUSPEND_CAUSE,
     AdmissionRejected,
     DriverState,
     SessionDriver,
@@ -83,7 +84,7 @@ async def drive(
     if ctx.rt.archive is not None:
         run = Run(ctx.namespace, ctx.name, uid)
         archiver = LogArchiver(ctx.rt.archive, run, client)
-        if old.restarts and ctx.restored_into != plan.pod_ip:
+        if old.restores_conversation and ctx.restored_into != plan.pod_ip:
             lost = await restore(ctx.rt.archive, run, client, SessionStatus.model_validate(planned))
             ctx.restored_into = plan.pod_ip
             if lost is not None:
@@ -96,6 +97,8 @@ async def drive(
     ctx.rt.drivers[key] = driver
     if plan.frozen_by is not None:  # re-attached only to stop the turn in flight
         await interrupt(body, driver, plan.frozen_by)
+    elif plan.suspend is not None:  # re-attached only to end the turn in flight
+        await suspend(body, driver, plan.suspend)
     # A re-attached turn's lines carry its run id from the start (the driver's own).
     with logs.bound(runId=resumed_run_id(ctx.name, old)):
         task = asyncio.create_task(driver.run(), name=f"driver {ctx.namespace}/{ctx.name}")
@@ -256,6 +259,20 @@ async def interrupt(body: dict[str, Any], driver: SessionDriver, frozen_by: Froz
     await driver.interrupt(FREEZE_CAUSE)
 
 
+async def suspend(body: dict[str, Any], driver: SessionDriver, mode: SuspendMode) -> None:
+    """spec.suspend while a turn is in flight: abort it (`now`) or let it finish (`afterTurn`);
+    either way nothing is admitted after it, and the next pass parks the Session."""
+    if driver.interrupted or driver.holding:
+        return
+    if mode == "now":
+        post_event(body, PlannedEvent("Normal", "Suspending", "aborting the turn in flight"))
+        await driver.interrupt(SUSPEND_CAUSE)
+    else:
+        text = "the turn in flight finishes, then the Session is parked"
+        post_event(body, PlannedEvent("Normal", "Suspending", text))
+        driver.hold_after_turn()
+
+
 async def watch_driver(
     ctx: LoopContext,
     task: asyncio.Task[Any],
@@ -285,6 +302,8 @@ async def watch_driver(
             return
         if ctx.wake.is_set() and not driver.interrupted:
             await _interrupt_if_frozen(ctx, driver, body)
+        if ctx.wake.is_set() and not driver.interrupted:
+            await _suspend_if_asked(ctx, driver, body)
     task.result()
 
 
@@ -298,6 +317,20 @@ async def _interrupt_if_frozen(
         return
     if frozen_by is not None:
         await interrupt(body, driver, frozen_by)
+
+
+async def _suspend_if_asked(
+    ctx: LoopContext, driver: SessionDriver, body: dict[str, Any]
+) -> None:
+    """The Session's spec as the watch has it now: a suspend asked for mid-turn."""
+    try:
+        now = await ctx.view.read()
+    except KubeError as err:  # the next wake-up looks again
+        log.warning("session %s/%s: not readable: %s", ctx.namespace, ctx.name, err)
+        return
+    spec = (now or {}).get("spec") or {}
+    if spec.get("suspend"):
+        await suspend(body, driver, "now" if spec.get("suspendMode") == "now" else "afterTurn")
 
 
 async def _pod_alive(ctx: LoopContext) -> bool:

@@ -77,7 +77,8 @@ async def create_sandbox(
     egress_credential = secrets.token_urlsafe(32)  # the custodian's, for the egress gateway
 
     children: list[dict[str, Any]] = []
-    if (body.get("status") or {}).get("restarts"):  # a resumed Session: what it gave them
+    status = body.get("status") or {}
+    if status.get("restarts") or status.get("suspensions"):  # resumed: what it gave them
         children = await ctx.own_children(str(body["metadata"].get("uid", "")))
     resume = resume_point(body, children)
 
@@ -125,10 +126,10 @@ async def create_sandbox(
 def resume_point(
     body: dict[str, Any], children: Iterable[dict[str, Any]] = ()
 ) -> ResumePoint | None:
-    """Where a Session that lost its pod resumes: its delivered revision, its usage and what
-    its custodian had carved for `children` (its own child Sessions)."""
+    """Where a Session that lost its pod (or was suspended) resumes: its delivered revision,
+    its usage and what its custodian had carved for `children` (its own child Sessions)."""
     status = SessionStatus.model_validate(body.get("status") or {})
-    if not status.restarts:
+    if not status.restores_conversation:
         return None
     revision = status.delivery.revision if status.delivery is not None else None
     tokens, cost = carved_for(children)
