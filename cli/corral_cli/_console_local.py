@@ -338,6 +338,7 @@ class LocalAccess:
     read every run and decide its approvals, as at `corral run`'s own prompt."""
 
     needs_login = False
+    suspends = False  # a local run is stopped with Ctrl-C, not parked
 
     def __init__(self, source: LocalSource) -> None:
         self.source = source
@@ -351,6 +352,11 @@ class LocalAccess:
     ) -> bool:
         # Everything here is theirs; a namespace other than `local` holds nothing (404).
         return True
+
+    async def patch_session(
+        self, person: Person, namespace: str, name: str, spec: dict[str, Any]
+    ) -> dict[str, Any]:
+        raise Refused(409, "not_supported", "a local run cannot be suspended or resumed")
 
     async def decide(
         self, person: Person, namespace: str, name: str, decision: str, comment: str

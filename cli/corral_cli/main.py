@@ -27,6 +27,8 @@ commands:
   approve     approve an Approval with your own credentials: corral approve NAME
   deny        deny an Approval: corral deny NAME --reason TEXT
   reply       answer the question a Session waits on: corral reply NAME TEXT
+  suspend     park a Session, its pod released: corral suspend NAME [--now]
+  resume      bring a suspended Session back in a new pod: corral resume NAME
   evidence    the CI gate: corral evidence check --repo URL --revision SHA [--check NAME]
   console     the web console, with your own credentials: corral console [--port N] [-A]
   version     this client's version, and the cluster's CRDs and operator: corral version
@@ -38,7 +40,7 @@ options for every command: --no-color (also: $NO_COLOR), -h/--help; corral --ver
 """
 
 # The command -> (its module, the name of its parser factory there). The factories of
-# freeze/unfreeze and approve/deny take the command's name.
+# freeze/unfreeze, suspend/resume and approve/deny take the command's name.
 _PARSERS: dict[str, tuple[str, str]] = {
     "run": ("run_cmd", "build_parser"),
     "context": ("context_cmd", "build_parser"),
@@ -51,6 +53,8 @@ _PARSERS: dict[str, tuple[str, str]] = {
     "approve": ("approval_cmd", "build_parser"),
     "deny": ("approval_cmd", "build_parser"),
     "reply": ("reply_cmd", "build_parser"),
+    "suspend": ("suspend_cmd", "build_parser"),
+    "resume": ("suspend_cmd", "build_parser"),
     "evidence": ("evidence_cmd", "build_parser"),
     "console": ("console_cmd", "build_parser"),
     "version": ("version_cmd", "build_parser"),
@@ -69,7 +73,7 @@ def summaries() -> dict[str, str]:
     return found
 
 
-_VERBED = frozenset({"freeze", "unfreeze", "approve", "deny"})
+_VERBED = frozenset({"freeze", "unfreeze", "approve", "deny", "suspend", "resume"})
 
 
 def command_parser(command: str) -> argparse.ArgumentParser:
@@ -89,6 +93,10 @@ def _dispatch(command: str, rest: list[str], program: bool) -> int:
         from .freeze_cmd import main as freeze_main
 
         return freeze_main(command, rest)
+    if command in ("suspend", "resume"):
+        from .suspend_cmd import main as suspend_main
+
+        return suspend_main(command, rest)
     if command in ("approve", "deny"):
         from .approval_cmd import decide_main
 

@@ -282,3 +282,53 @@ def test_corral_console_acts_with_the_kubeconfig_of_the_person_running_it(
     finally:
         process.terminate()
         process.wait(timeout=10)
+
+
+def test_who_may_patch_a_session_suspends_and_resumes_it_from_its_page(
+    operator: OperatorHandle,
+    console: ConsoleHandle,  # noqa: F811
+    scripted_model: ScriptedModelHandle,
+    git_repo: Path,
+) -> None:
+    """The Suspend buttons show only to a person whose RBAC lets them patch Sessions there,
+    and the console writes spec.suspend with that person's own token: alice (viewer, approver)
+    is refused until a role lets her patch sessions."""
+    name = f"{operator.namespace}-park"
+    merge = {"command": "git merge --ff-only main && echo MERGED"}
+    scripted_model.load({"conversations": {name: [
+        {"text": "Merging main.", "tool_use": {"name": "bash", "input": merge}},
+        {"text": "Merged."},
+    ]}})  # fmt: skip
+    operator.apply(agent_doc(), session_doc(name, git_repo))
+    operator.wait_phase(name, {"WaitingForHuman"})
+    page, ns = f"/ns/{console.namespace}/sessions/{name}", console.namespace
+    target = f"/api/v1/namespaces/{ns}/sessions/{name}/suspend"
+    with console.client(console.alice) as alice:
+        assert 'value="suspendNow"' not in alice.get(page).text
+        refused = alice.post(target, json={"suspend": True})
+        assert refused.status_code == 403 and "may not patch sessions" in refused.json()["reason"]
+    operator.cp.kubectl("create", "role", "session-patcher", "-n", ns,
+                        "--resource=sessions.corral.dev", "--verb=patch")  # fmt: skip
+    operator.cp.kubectl("create", "rolebinding", "alice-patches", "-n", ns,
+                        "--role=session-patcher", f"--serviceaccount={ns}:alice")  # fmt: skip
+    with console.client(console.alice) as alice:
+        wait_for("the Suspend buttons", lambda: 'value="suspendNow"' in alice.get(page).text, 15)
+        bad = alice.post(target, json={"suspend": True, "mode": "later"})
+        assert bad.status_code == 400 and "afterTurn, now" in bad.json()["reason"]
+        done = alice.post(target, json={"suspend": True, "mode": "now"})
+        assert done.status_code == 200, done.text
+    spec = (operator.get("session", name) or {})["spec"]
+    assert (spec["suspend"], spec["suspendMode"]) == (True, "now")
+    # The turn held at its Approval is aborted (mode now). Without an archive (this operator
+    # has none) the pod stays, idle; nothing is admitted.
+    parked = operator.wait_phase(name, {"Suspended"}, timeout=60)
+    assert parked["lastSettlement"]["error"].startswith("suspend:"), parked
+    assert parked["suspendedFrom"] == "Running" and "no archive" in parked["message"]
+    with console.client(console.alice) as alice:
+        assert 'value="resume"' in alice.get(page).text
+        form = alice.post(f"{page}/suspend", data={"action": "resume"},
+                          headers={"Origin": console.url}, follow_redirects=False)  # fmt: skip
+        assert form.status_code == 303, form.text
+    assert (operator.get("session", name) or {})["spec"]["suspend"] is False
+    back = operator.wait_phase(name, {"Running", "WaitingForHuman", "Succeeded"}, timeout=60)
+    assert back.get("suspendedFrom") is None

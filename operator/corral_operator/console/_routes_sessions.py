@@ -7,14 +7,15 @@ from __future__ import annotations
 import asyncio
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import FastAPI, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from corral_api.kinds import FINAL_PHASES
 
 from . import pages
-from ._context import ConsoleContext, Obj
+from ._context import ConsoleContext, Obj, form_of, require_same_origin
 from .access import Person, Refused
 
 # A page waits this long for the Changes; past it the page says they are being read and its
@@ -44,10 +45,41 @@ def register_session_routes(app: FastAPI, ctx: ConsoleContext) -> None:
             view["approvals"],
             view["mayDecide"],
             time.time(),
+            may_suspend=view["maySuspend"],
             archive=view.get("archive"),
             changes=changes,
             sign_out=sign_out,
         )
+
+    @app.post("/ns/{namespace}/sessions/{name}/suspend")
+    async def suspend_form(request: Request, namespace: str, name: str) -> Response:
+        person = await ctx.person_of(request)
+        require_same_origin(request)
+        form = await form_of(request)
+        action = str(form.get("action") or "")
+        if action not in SUSPEND_ACTIONS:
+            raise Refused(400, "bad_request", f"action must be one of {', '.join(SUSPEND_ACTIONS)}")
+        await set_suspend(ctx, person, namespace, name, SUSPEND_ACTIONS[action])
+        back = request.headers.get("referer") or session_path(namespace, name)
+        return RedirectResponse(urlsplit(back).path or "/", status_code=303)
+
+    @app.post("/api/v1/namespaces/{namespace}/sessions/{name}/suspend")
+    async def suspend_json(request: Request, namespace: str, name: str) -> Obj:
+        person = await ctx.person_of(request)
+        require_same_origin(request)
+        try:
+            body = await request.json()
+        except ValueError:
+            raise Refused(400, "bad_request", "the body is not JSON") from None
+        if not isinstance(body, dict) or not isinstance(body.get("suspend"), bool):
+            raise Refused(400, "bad_request", "the body must be {suspend: true|false, mode?}")
+        spec: Obj = {"suspend": body["suspend"]}
+        if body["suspend"]:
+            mode = body.get("mode", "afterTurn")
+            if mode not in SUSPEND_MODES:
+                raise Refused(400, "bad_request", f"mode must be one of {', '.join(SUSPEND_MODES)}")
+            spec["suspendMode"] = mode
+        return await set_suspend(ctx, person, namespace, name, spec)
 
     @app.get("/api/v1/sessions")
     async def sessions(request: Request) -> Obj:
@@ -141,13 +173,47 @@ async def session_view(ctx: ConsoleContext, person: Person, namespace: str, name
             if ((a.get("spec") or {}).get("sessionRef") or {}).get("name") == name
         ]  # fmt: skip
     may_decide = await ctx.may(person, "update", "approvals", namespace, "status")
+    may_suspend = (
+        ctx.access.suspends
+        and not _finished(session)
+        and await ctx.may(person, "patch", "sessions", namespace)
+    )
     return {
+        "maySuspend": may_suspend,
         "session": session,
         "children": children,
         "approvals": approvals,
         "mayDecide": may_decide,
         "archive": archive,
     }
+
+
+SUSPEND_MODES = ("afterTurn", "now")
+# A page's buttons: what each writes into the Session's spec.
+SUSPEND_ACTIONS: dict[str, Obj] = {
+    "suspend": {"suspend": True, "suspendMode": "afterTurn"},
+    "suspendNow": {"suspend": True, "suspendMode": "now"},
+    "resume": {"suspend": False},
+}
+
+
+def session_path(namespace: str, name: str) -> str:
+    return f"/ns/{namespace}/sessions/{name}"
+
+
+async def set_suspend(
+    ctx: ConsoleContext, person: Person, namespace: str, name: str, spec: Obj
+) -> Obj:
+    """Suspend or resume a Session with the person's own rights: who may patch Sessions may
+    (docs/turns.md, "Suspend and resume"); an ended one is left as it ended."""
+    if not ctx.access.suspends:
+        raise Refused(409, "not_supported", "these Sessions cannot be suspended or resumed")
+    await ctx.require(person, "patch", "sessions", namespace)
+    session, _ = await find_session(ctx, person, namespace, name)
+    if _finished(session):
+        phase = (session.get("status") or {}).get("phase")
+        raise Refused(409, "ended", f"session {name} has ended ({phase})")
+    return {"session": await ctx.access.patch_session(person, namespace, name, spec)}
 
 
 async def _archived_or_refuse(

@@ -55,6 +55,8 @@ class Person:
 
 class Access(Protocol):
     needs_login: bool
+    # Whether its Sessions are cluster objects a person may suspend and resume.
+    suspends: bool
 
     async def authenticate(self, token: str | None) -> Person: ...
 
@@ -64,6 +66,10 @@ class Access(Protocol):
 
     async def decide(
         self, person: Person, namespace: str, name: str, decision: str, comment: str
+    ) -> dict[str, Any]: ...
+
+    async def patch_session(
+        self, person: Person, namespace: str, name: str, spec: dict[str, Any]
     ) -> dict[str, Any]: ...
 
 
@@ -113,6 +119,7 @@ class ClusterAccess:
     """People by bearer token, checked by the API server (TokenReview, SubjectAccessReview)."""
 
     needs_login = True
+    suspends = True
 
     def __init__(self, kube: Kube) -> None:
         self._kube = kube  # the console's own identity: reviews only, never a person's write
@@ -212,6 +219,24 @@ class ClusterAccess:
 
         return await _write_decision(get, patch, person.name, namespace, name, decision, comment)
 
+    async def patch_session(
+        self, person: Person, namespace: str, name: str, spec: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Merge `spec` into the Session with the person's own token (suspend, resume)."""
+        if not person.token:
+            raise Refused(401, "unauthenticated", "a change needs your own token")
+        answer = await self._people.patch(
+            corral_path("Session", namespace, name),
+            json={"spec": spec},
+            headers={
+                "Authorization": f"Bearer {person.token}",
+                "Accept": "application/json",
+                "Content-Type": MERGE_PATCH,
+            },
+        )
+        self._raise(answer)
+        return dict(answer.json())
+
     @staticmethod
     def _raise(answer: httpx.Response) -> None:
         if answer.status_code < 400:
@@ -227,6 +252,7 @@ class KubeconfigAccess:
     """The person is the kubeconfig's user: `corral console` on their own machine."""
 
     needs_login = False
+    suspends = True
 
     def __init__(self, kube: Kube) -> None:
         self._kube = kube
@@ -290,6 +316,19 @@ class KubeconfigAccess:
             return dict(found) if isinstance(found, dict) else {}
 
         return await _write_decision(get, patch, person.name, namespace, name, decision, comment)
+
+    async def patch_session(
+        self, person: Person, namespace: str, name: str, spec: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Merge `spec` into the Session with the kubeconfig's identity (suspend, resume)."""
+        try:
+            found = await self._kube.request(
+                "PATCH", corral_path("Session", namespace, name), body={"spec": spec},
+                content_type=MERGE_PATCH,
+            )  # fmt: skip
+        except KubeRefused as err:
+            raise _refusal(err.status, f"the API server refused: {err.message}") from None
+        return dict(found) if isinstance(found, dict) else {}
 
 
 API_VERSION = f"{GROUP}/{VERSION}"

@@ -352,6 +352,29 @@ def changes_section(session: Obj, changes: Obj | None, archive: Obj | None) -> s
     )
 
 
+def suspend_controls(namespace: str, name: str, spec: Obj, status: Obj) -> str:
+    """The buttons that suspend a running Session (its turn finishes first, or is aborted) or
+    resume a suspended one; they post to the console, which patches spec.suspend as the person
+    (docs/turns.md, "Suspend and resume")."""
+    target = f"/ns/{_q(namespace)}/sessions/{_q(name)}/suspend"
+    if spec.get("suspend"):
+        state = "suspended" if status.get("phase") == "Suspended" else "suspending"
+        buttons = '<button name="action" value="resume">Resume</button>'
+    else:
+        state = ""
+        buttons = (
+            '<button name="action" value="suspend" title="the turn in flight finishes first">'
+            "Suspend</button> "
+            '<button name="action" value="suspendNow" title="the turn in flight is aborted">'
+            "Suspend now</button>"
+        )
+    said = f' <span class="muted" id="suspend-state">{state}</span>' if state else ""
+    return (
+        f'<h2>Suspend</h2><form method="post" action="{target}" class="suspend">'
+        f"{buttons}{said}</form>"
+    )
+
+
 def session_page(
     person: str,
     session: Obj,
@@ -363,6 +386,7 @@ def session_page(
     *,
     changes: Obj | None = None,
     sign_out: bool = True,
+    may_suspend: bool = False,
 ) -> str:
     md, spec, st = session["metadata"], session.get("spec") or {}, session.get("status") or {}
     ns, name = md["namespace"], md["name"]
@@ -397,7 +421,7 @@ def session_page(
 </div><div class="col-side">
 <h2>Approvals</h2><div id="approvals" data-may-decide="{str(may_decide).lower()}">
 {approval_rows(approvals, {ns} if may_decide else set(), now)}</div>
-<h2>Status</h2>{facts}
+{suspend_controls(ns, name, spec, st) if may_suspend else ""}<h2>Status</h2>{facts}
 <h2>Plan</h2><div id="plan">{plan_html(st.get("plan"))}</div>
 <h2>Last turn's receipt</h2><div id="receipt">{receipt_html(st.get("lastTurn"))}</div>
 <h2>Receipts</h2><div id="receipts">{receipts_html(archive)}</div>

@@ -359,8 +359,8 @@ def unsuspended(inputs: SessionInputs) -> SessionDecision | None:
     back = _suspended_condition(inputs, back, "False", R.UNSUSPENDED)
     event = PlannedEvent("Normal", R.UNSUSPENDED, text)
     return SessionDecision(
-        back, "absent", R.UNSUSPENDED, requeue_after=0.05, lineage=inputs.lineage,
-        events=(event,),
+        back, "absent" if old.pod_name is None else "ready", R.UNSUSPENDED, requeue_after=0.05,
+        lineage=inputs.lineage, events=(event,),
     )  # fmt: skip
 
 

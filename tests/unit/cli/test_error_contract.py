@@ -45,6 +45,8 @@ CLUSTER_ARGV: dict[str, list[str]] = {
     "approve": ["approve", "a1"],
     "deny": ["deny", "a1", "--reason", "not now"],
     "reply": ["reply", "s1", "yes"],
+    "suspend": ["suspend", "s1"],
+    "resume": ["resume", "session", "s1"],
     "freeze": ["freeze", "session", "s1"],
     "unfreeze": ["unfreeze", "session", "s1"],
     "evidence": ["evidence", "check", "--repo", "https://r.invalid/r.git", "--revision", REVISION],
