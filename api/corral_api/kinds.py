@@ -304,8 +304,8 @@ class WarmPool(ApiModel):
 
 class Disruption(ApiModel):
     """What a voluntary disruption (a drain, an eviction) may do to this Agent's sandbox pods:
-    the operator holds a PodDisruptionBudget at maxUnavailable 0 for the pod while it must not
-    go (docs/operations.md, "Drains")."""
+    the operator holds a PodDisruptionBudget (minAvailable 1) for the pod while it must not go
+    (docs/operations.md, "Drains")."""
 
     policy: DisruptionPolicy = Field(
         default="whenIdle",

@@ -45,6 +45,8 @@ RESOURCES: dict[str, tuple[str, str, bool]] = {
     "networkpolicy": ("apis/networking.k8s.io/v1", "networkpolicies", True),
     "networkpolicies": ("apis/networking.k8s.io/v1", "networkpolicies", True),
     "lease": ("apis/coordination.k8s.io/v1", "leases", True),
+    "poddisruptionbudget": ("apis/policy/v1", "poddisruptionbudgets", True),
+    "poddisruptionbudgets": ("apis/policy/v1", "poddisruptionbudgets", True),
 }
 
 CLUSTER_SCOPED = frozenset(
@@ -429,7 +431,8 @@ rules:
 
 # The controllers a cluster of Corral's objects, pods on a node and nothing else needs: default
 # ServiceAccounts and their tokens, kube-root-ca.crt, owner-reference cascades, namespace
-# deletion, aggregated ClusterRoles. Every other controller (Deployments, Jobs, endpoints,
+# deletion, aggregated ClusterRoles, and the status of the disruption budgets a Session's
+# turn holds (an eviction waits for it). Every other controller (Deployments, Jobs, endpoints,
 # quotas...) watches pods for nothing and costs the API server CPU on every pod update.
 SESSION_CONTROLLERS = ",".join(
     f"{name}-controller"
@@ -440,6 +443,7 @@ SESSION_CONTROLLERS = ",".join(
         "garbage-collector",
         "namespace",
         "clusterrole-aggregation",
+        "disruption",
     )
 )
 ALL_CONTROLLERS = (

@@ -45,6 +45,7 @@ _PLURALS = {
     "Event": "events",
     "NetworkPolicy": "networkpolicies",
     "Service": "services",
+    "PodDisruptionBudget": "poddisruptionbudgets",
     "Agent": "agents",
     "Session": "sessions",
     "Goal": "goals",

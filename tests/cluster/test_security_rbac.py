@@ -88,6 +88,10 @@ OPERATOR = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OPERATOR_SA}"
         ("watch", "freezes.corral.dev"),
         ("list", "freezes.corral.dev"),
         ("patch", "freezes.corral.dev/status"),
+        # A sandbox's disruption budget while its turn runs (docs/operations.md, "Drains").
+        ("create", "poddisruptionbudgets.policy"),
+        ("get", "poddisruptionbudgets.policy"),
+        ("delete", "poddisruptionbudgets.policy"),
     ],
 )
 def test_the_operator_may_do_what_its_code_does(
@@ -116,6 +120,8 @@ def test_the_operator_may_do_what_its_code_does(
         ("patch", "freezes.corral.dev"),
         ("update", "networkpolicies.networking.k8s.io"),  # never adopt or overwrite
         ("delete", "networkpolicies.networking.k8s.io"),
+        ("update", "poddisruptionbudgets.policy"),  # held or lifted, never changed
+        ("create", "pods/eviction"),  # it never drains
         ("create", "deployments.apps"),
         ("create", "rolebindings.rbac.authorization.k8s.io"),
         ("list", "namespaces"),

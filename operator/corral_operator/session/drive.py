@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 
 from corral_api.freeze import FREEZE_CAUSE, FrozenBy
-from corral_api.kinds import Agent, Session, SessionStatus, SuspendMode
+from corral_api.kinds import Agent, Disruption, Session, SessionStatus, SuspendMode
 from corral_api.wire import CustodianDelivery, CustodianUsage
 from corral_common import logs
 from corral_kube import KubeError
@@ -38,6 +38,7 @@ from ..runtime import post_event
 from ..wireclient import WireClient
 from .context import LoopContext, StopFlag
 from .continuity import LogArchiver, Run, restore
+from .disruption import TurnBudget
 from .sandbox import resume_point
 from .store import BudgetExceededStop, SessionStatusStore
 from .wire import FreshAgentWire
@@ -194,7 +195,7 @@ def _driver(
     report = None
     if old.phase == "WaitingForChildren":
         report = children_report(old.waiting_for, children or [], old.reported_children)
-    on_event = _event_sink(ctx, body, agent_ref, archiver)
+    on_event = _event_sink(ctx, body, agent_ref, spec.sandbox.disruption, archiver)
     resume = resume_point(body)
     return SessionDriver(
         wire, store, spec, session.spec, ctx.name, on_event, children_report=report,
@@ -203,12 +204,18 @@ def _driver(
 
 
 def _event_sink(
-    ctx: LoopContext, body: dict[str, Any], agent_ref: str, archiver: LogArchiver | None = None
+    ctx: LoopContext,
+    body: dict[str, Any],
+    agent_ref: str,
+    disruption: Disruption,
+    archiver: LogArchiver | None = None,
 ) -> Callable[[dict[str, Any]], None]:
-    """What the driver's events become: Events on the Session, metrics, a line per turn, and
-    the conversation's log archived after each admission and settlement."""
+    """What the driver's events become: Events on the Session, metrics, a line per turn, the
+    conversation's log archived after each admission and settlement, and the sandbox pod's
+    disruption budget held and lifted as the Agent's `disruption` policy says."""
     metrics = ctx.rt.metrics
     created = str(body["metadata"].get("creationTimestamp") or "")
+    budget = TurnBudget(ctx, disruption)
 
     def on_event(event: dict[str, Any]) -> None:
         planned = event_for(event)
@@ -220,7 +227,10 @@ def _event_sink(
         if event.get("type") == "settled":
             # In the driver's task: the line carries the run id (docs/observability.md).
             log.info("turn %s settled %s", event.get("turn"), event.get("status"))
-        if archiver is not None and event.get("type") in ("admitted", "settled"):
+        if event.get("type") not in ("admitted", "settled"):
+            return
+        ctx.background(budget.follow(event))
+        if archiver is not None:
             ctx.background(_archive_log(ctx, archiver))
 
     return on_event
