@@ -56,8 +56,10 @@ def chart_values(
     wire_wait_seconds: float | None = None,
     gateway_allow: Sequence[str] = (),
     gateway_hosts: Mapping[str, Sequence[str]] | None = None,
+    archive_claim: str | None = None,
 ) -> dict[str, Any]:
-    """The values for an install whose images are already on the node (pulled never)."""
+    """The values for an install whose images are already on the node (pulled never);
+    `archive_claim`: a PersistentVolumeClaim made for the archive (`archive_volume`)."""
     repository, tag = split_image(operator_image)
     values: dict[str, Any] = {
         "image.repository": repository,
@@ -67,10 +69,12 @@ def chart_values(
         "watchNamespaces": list(namespaces),
         "sandbox.modelUpstreamUrl": model_url,
         "sandbox.platformEgress": list(platform_egress),
-        # The local node has no volume provisioner for the archive's claim (docs/history.md);
-        # the archive is tested with the operator as a process (tests/cluster).
-        "archive.enabled": False,
+        # The local node has no volume provisioner for the archive's claim (docs/history.md):
+        # without a claim made for it (`archive_volume`) the install archives nothing.
+        "archive.enabled": archive_claim is not None,
     }
+    if archive_claim is not None:
+        values["archive.existingClaim"] = archive_claim
     if wire_wait_seconds is not None:
         values["operator.wireWaitSeconds"] = wire_wait_seconds
     if gateway_allow:
@@ -232,3 +236,40 @@ def git_repository(
     for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "init"]):
         subprocess.run([*git, *args], cwd=path, check=True, capture_output=True)
     return path
+
+
+def archive_volume(name: str, namespace: str, directory: Path, owner: int) -> list[dict[str, Any]]:
+    """A hostPath PersistentVolume at `directory` on the (single, local) node, pre-bound to a
+    claim `name` in `namespace`, for the chart's `archive.existingClaim`: the local node has no
+    volume provisioner. The directory is made and given to the operator's uid (`owner`), since
+    fsGroup does not apply to hostPath volumes."""
+    directory.mkdir(parents=True, exist_ok=True)
+    os.chown(directory, owner, owner)
+    directory.chmod(0o770)
+    claim_ref = {"namespace": namespace, "name": name}
+    return [
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolume",
+            "metadata": {"name": f"{namespace}-{name}"},
+            "spec": {
+                "capacity": {"storage": "1Gi"},
+                "accessModes": ["ReadWriteOnce"],
+                "persistentVolumeReclaimPolicy": "Retain",
+                "storageClassName": "",
+                "hostPath": {"path": str(directory), "type": "Directory"},
+                "claimRef": claim_ref,
+            },
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": "",
+                "volumeName": f"{namespace}-{name}",
+                "resources": {"requests": {"storage": "1Gi"}},
+            },
+        },
+    ]

@@ -446,9 +446,11 @@ SESSION_CONTROLLERS = ",".join(
         "disruption",
     )
 )
+# The volume binder runs: the node tier's archive is a pre-bound hostPath volume, which only
+# it marks Bound (there is no provisioner, so a claim without a volume stays Pending).
 ALL_CONTROLLERS = (
     "*,-nodeipam,-nodelifecycle,-cloud-node-lifecycle,"
-    "-service-lb-controller,-route,-persistentvolume-binder,-attachdetach,"
+    "-service-lb-controller,-route,-attachdetach,"
     "-persistentvolume-expander,-ephemeral-volume,-pvc-protection,-pv-protection"
 )
 

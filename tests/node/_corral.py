@@ -38,6 +38,9 @@ AGENT = "coder"
 WELCOME_HOST = "welcome.corral.test"
 UIDS = {"harness": 10001, "tools": 10002, "custodian": 10003}
 FS_GROUP = 10000
+OPERATOR_UID = 10001  # the chart's operator.runAsUser
+# The archive's claim on the local node (a hostPath volume under the install's work directory).
+ARCHIVE_CLAIM = "corral-node-archive"
 
 # Run in a pod with `python3 -c PROBE tcp HOST:PORT` or `python3 -c PROBE http URL [BODY]`:
 # one line, `reached ...` or `blocked <error>` (exit 1).
@@ -362,7 +365,16 @@ def installed(target: Target) -> Iterator[Corral]:
             welcome_port=int(welcome.server_address[1]),
         )
         _prepare_namespace(target, NAMESPACE)
+        archive_claim = None
+        if target.name != "external":  # kind has a provisioner; the local node has none
+            archive_claim = ARCHIVE_CLAIM
+            target.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
+            volume = rstack.archive_volume(
+                ARCHIVE_CLAIM, OPERATOR_NAMESPACE, work / "archive", OPERATOR_UID
+            )
+            target.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(volume))
         values = rstack.chart_values(
+            archive_claim=archive_claim,
             operator_image=target.operator_image,
             sandbox_image=target.sandbox_image,
             namespaces=[NAMESPACE],
@@ -390,6 +402,9 @@ def installed(target: Target) -> Iterator[Corral]:
                 )  # fmt: skip
             with contextlib.suppress(Exception):
                 target.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
+            with contextlib.suppress(Exception):
+                target.kubectl("delete", "pv", f"{OPERATOR_NAMESPACE}-{ARCHIVE_CLAIM}",
+                               "--wait=false", check=False)  # fmt: skip
         for server in servers:
             server.shutdown()
             server.server_close()
