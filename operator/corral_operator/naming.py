@@ -19,6 +19,9 @@ MANAGED_BY = "corral-operator"
 LABEL_POOL = "corral.dev/pool"
 COMPONENT_POOL = "pool"
 ANNOTATION_DIGEST = "corral.dev/agent-digest"
+# Written on a sandbox pod the operator drains itself, before it deletes it: why, so the
+# Session's Resumed condition names the cause rather than a bare deletion.
+ANNOTATION_DRAINED = "corral.dev/drained"
 # The egress gateway serves the pods with this label, bound by this annotation (docs/egress.md).
 LABEL_EGRESS = "corral.dev/egress"
 EGRESS_VIA_GATEWAY = "gateway"

@@ -15,6 +15,7 @@ from corral_api.kinds import SessionStatus, SuspendMode
 from corral_common.branches import session_refusal
 
 from ..driver import wait_satisfied
+from ..naming import ANNOTATION_DRAINED
 from ..sandboxspec import SandboxSpecError, check_sandbox
 from . import lineage
 from . import reasons as R
@@ -415,6 +416,9 @@ def pod_lost(inputs: SessionInputs) -> SessionDecision | None:
 def lost_cause(pod: dict[str, Any] | None) -> tuple[str, str]:
     """How a pod was lost, as the Resumed condition's reason and in words."""
     status = (pod or {}).get("status") or {}
+    drained = ((pod or {}).get("metadata") or {}).get("annotations", {}).get(ANNOTATION_DRAINED)
+    if drained == R.VERSION_SKEW:
+        return R.VERSION_SKEW, "drained: its harness speaks a wire version no longer driven"
     if status.get("reason") == "NodeLost":
         return R.NODE_LOST, "its node stopped answering"
     if status.get("reason") == "Evicted":

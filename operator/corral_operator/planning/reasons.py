@@ -58,6 +58,9 @@ RESUMING = "Resuming"
 POD_DELETED = "PodDeleted"  # the pod was deleted (by a person, a drain's eviction, the GC)
 POD_EVICTED = "PodEvicted"  # the kubelet evicted it (node pressure)
 NODE_LOST = "NodeLost"  # its node stopped answering
+# The operator drained the pod: its harness speaks a wire version this operator cannot drive
+# (docs/operations.md, "Upgrade"); the new pod runs the operator's own sandbox image.
+VERSION_SKEW = "VersionSkew"
 
 # Suspended (docs/turns.md, "Suspend and resume"): spec.suspend parks the Session; the reason
 # says where it stands, and Progressing carries the same reason while it holds.

@@ -19,11 +19,13 @@ from typing import Any
 
 from corral_api.kinds import FINAL_PHASES
 from corral_common import logs
-from corral_kube import KubeError
+from corral_kube import MERGE_PATCH, KubeError
 
-from ..driver import WireFault
+from ..driver import WireFault, WireVersionUnsupported
 from ..egressrecords import POLL_SECONDS, with_egress
+from ..naming import ANNOTATION_DRAINED
 from ..planning.patch import merge_patch
+from ..planning.reasons import VERSION_SKEW
 from ..planning.session import PlannedEvent, SessionPlan
 from ..runtime import Runtime, post_event
 from ..wireclient import WireClient
@@ -74,6 +76,8 @@ class SessionLoop:
                 try:
                     again = await self._pass(stopped)
                     failures = 0
+                except WireVersionUnsupported as skew:
+                    again = await drain_skewed(ctx, skew)
                 except (KubeError, WireFault, OSError) as err:
                     failures += 1
                     again = min(RETRY_AFTER_ERROR * 2 ** (failures - 1), RETRY_CAP)
@@ -145,6 +149,37 @@ class SessionLoop:
             raise sandbox.refused
         retry = await release(self.ctx, body, sandbox.status, plan)
         return Applied(adopted=sandbox.adopted is not None, archive_retry=retry)
+
+
+# A pod whose harness cannot be driven and cannot be drained (no archive) is looked at again
+# this often: an operator that speaks its version (a rollback) may take the Session over.
+SKEWED_RECHECK = RETRY_CAP
+
+
+async def drain_skewed(ctx: LoopContext, skew: WireVersionUnsupported) -> float:
+    """The Session's harness speaks a wire version this operator cannot drive: nothing of it is
+    read. With an archive the pod is drained (every settled turn is delivered and the log is
+    archived as it grows), so the Session resumes in a new pod of this operator's image;
+    without one it is held, and the Warning says why."""
+    pod = await ctx.read_pod()
+    if pod is None or pod["metadata"].get("deletionTimestamp"):
+        return RETRY_AFTER_ERROR
+    body = await ctx.view.read()
+    if body is None:
+        return RETRY_AFTER_ERROR
+    if ctx.rt.archive is None:
+        log.warning("session %s/%s: %s; held: no archive to resume a new pod from",
+                    ctx.namespace, ctx.name, skew.problem)  # fmt: skip
+        text = f"{skew.problem}; the Session is held (no archive configured to drain it)"
+        post_event(body, PlannedEvent("Warning", "SandboxVersionSkew", text))
+        return SKEWED_RECHECK
+    log.warning("session %s/%s: %s; draining its pod", ctx.namespace, ctx.name, skew.problem)
+    post_event(body, PlannedEvent("Warning", "SandboxVersionSkew", f"{skew.problem}; the pod is "
+                                  "drained and the Session resumes in a new one"))  # fmt: skip
+    annotation = {"metadata": {"annotations": {ANNOTATION_DRAINED: VERSION_SKEW}}}
+    await ctx.kube.request("PATCH", ctx.pod_path, body=annotation, content_type=MERGE_PATCH)
+    await ctx.kube.delete(ctx.pod_path)
+    return RETRY_AFTER_ERROR
 
 
 def _wait_after(plan: SessionPlan) -> float | None:
