@@ -182,17 +182,20 @@ def test_a_budget_spent_across_two_pods_is_refused_at_its_cap(corral: Corral) ->
     name = "budget-across-pods"
     corral.load_script({"conversations": {name: [
         {"tool_use": {"name": "bash", "input": {"command": "echo one > ONE.md"}},
-         "usage": _billed(400)},
-        {"text": "Wrote ONE.md.", "usage": _billed(400)},  # 800 of 1,000: the guard wants more
-        {"text": "never seen: the pod goes first", "delay": DELAY, "usage": _billed(1)},
+         "usage": _billed(4000)},
+        {"text": "Wrote ONE.md.", "usage": _billed(4000)},  # 80%: the guard wants more
+        {"text": "never seen: the pod goes first", "delay": DELAY, "usage": _billed(20)},
         {"tool_use": {"name": "bash", "input": {"command": "echo two > TWO.md"}},
-         "usage": _billed(300)},  # the resumed turn: 1,100 of 1,000 after it
+         "usage": _billed(3000)},  # the resumed turn: 110% after it
         {"text": "ALL DONE, never reached.", "usage": _billed(10)},
     ]}})  # fmt: skip
     guard = {"criteria": {"substring": "ALL DONE"}, "turnBudget": 4}
     session = _corral.session_doc(name, corral.git_url, evaluation=guard, keepSandbox=False,
-                                  budget={"tokens": 1000})  # fmt: skip
-    corral.apply(_corral.agent_doc(), session)
+                                  budget={"tokens": 10_000})  # fmt: skip
+    # A small max_tokens: the custodian holds input + max_tokens of the budget per request.
+    agent = _corral.agent_doc(limits={"maxOutputTokens": 100})
+    agent["metadata"]["name"] = session["spec"]["agentRef"] = "frugal"
+    corral.apply(agent, session)
     ledger = _corral.wait_for("turn 2 in flight", lambda: _in_flight(corral, name, 2), 240,
                               lambda: corral.diagnose(name))  # fmt: skip
     submission = ledger["submissionId"]
@@ -206,7 +209,8 @@ def test_a_budget_spent_across_two_pods_is_refused_at_its_cap(corral: Corral) ->
     failed = next(c for c in status["conditions"] if c["type"] == "Failed")
     assert failed["reason"] == "BudgetExceeded", failed
     assert status["restarts"] == 1
-    assert 1000 <= status["usage"]["tokens"] <= 1200, status["usage"]
+    usage = status["usage"]
+    assert 10_000 <= usage["inputTokens"] + usage["outputTokens"] <= 12_000, usage
     # Two requests in the first pod, the lost one, one in the second: then the cap.
     assert len(corral.model_requests(name)) == 4
     time.sleep(max(0.0, DELAY + 1 - (time.monotonic() - deleted)))
