@@ -53,6 +53,7 @@ SuspendMode = Literal["afterTurn", "now"]
 # What a drain may do to a Session's sandbox pod (docs/operations.md, "Drains").
 DisruptionPolicy = Literal["allow", "whenIdle", "never"]
 DEFAULT_DISRUPTION_WAIT_SECONDS = 900
+DEFAULT_WIP_INTERVAL_SECONDS = 120
 
 # Caps the model can never raise; an Agent may only lower them.
 MAX_DEPTH_CAP = 3
@@ -335,10 +336,14 @@ class Sandbox(ApiModel):
     warm_pool: WarmPool | None = Field(
         default=None, description="Pods kept ready ahead of demand; absent: every pod is cold."
     )
-    disruption: Disruption = Field(
-        default_factory=Disruption,
-        description="Whether a drain waits for the turn in flight (default: whenIdle, 900 s).",
+    # Optional, not defaulted in the schema: an Agent made before the field reads unchanged.
+    disruption: Disruption | None = Field(
+        default=None,
+        description="Whether a drain waits for the turn in flight (absent: whenIdle, 900 s).",
     )
+
+    def disruption_policy(self) -> Disruption:
+        return self.disruption or Disruption()
 
 
 class SecretKeyRef(ApiModel):
@@ -424,6 +429,20 @@ class AgentWorkspace(ApiModel):
         "without '/', '**' a run that may contain '/'. Default: [corral/**]. Every other "
         "branch is reached only by land.",
     )
+    wip_interval_seconds: int | None = Field(
+        default=None,
+        ge=0,
+        le=86_400,
+        description="While a turn is in flight, how often the work in progress (the worktree "
+        "beyond the delivered revision) is saved to the archive, never to the remote, so a pod "
+        "lost mid-turn resumes with it (docs/turns.md, \"A lost pod\"); 0 saves none; absent: "
+        f"{DEFAULT_WIP_INTERVAL_SECONDS}.",
+    )
+
+    def wip_interval(self) -> int:
+        if self.wip_interval_seconds is None:
+            return DEFAULT_WIP_INTERVAL_SECONDS
+        return self.wip_interval_seconds
 
 
 class AgentMemory(ApiModel):
@@ -671,16 +690,18 @@ class SessionSpec(ApiModel):
     overrides: SessionOverrides | None = Field(default=None, description="Per-session dials.")
     evaluation: Evaluation | None = Field(default=None, description="Evaluation guard.")
     keep_sandbox: bool = Field(default=False, description="Keep the pod after the session ends.")
-    suspend: bool = Field(
-        default=False,
+    # The two suspend fields are optional, not defaulted in the schema: a Session made before
+    # them reads unchanged (docs/operations.md, "Upgrade").
+    suspend: bool | None = Field(
+        default=None,
         description="Park the Session: its turn in flight ends (suspendMode), its conversation "
         "is archived and its pod deleted (phase Suspended); false again resumes it in a new pod "
         "at the same point (docs/turns.md, \"Suspend and resume\").",
     )
-    suspend_mode: SuspendMode = Field(
-        default="afterTurn",
-        description="afterTurn: the turn in flight finishes first; now: it is aborted and "
-        "continues after the resume.",
+    suspend_mode: SuspendMode | None = Field(
+        default=None,
+        description="afterTurn (absent: the default): the turn in flight finishes first; now: "
+        "it is aborted and continues after the resume.",
     )
     ttl_seconds_after_finished: int | None = Field(
         default=None, ge=0, le=31_536_000, description="Delete the Session this long after it ends."

@@ -10,6 +10,8 @@ Endpoints, relative to `http://<podIP>:8080`:
     POST /agents/{agent}/{conversation}/steer           SteerRequest  -> SteerResponse
     GET  /agents/{agent}/{conversation}/log?from=N      -> ndjson log records, LOG_NEXT_HEADER
     PUT  /agents/{agent}/{conversation}/log             ndjson log records -> 201 LogRestored
+    GET  /agents/{agent}/{conversation}/wip             -> git bundle + WIP headers, or 204
+    PUT  /agents/{agent}/{conversation}/wip?revision=R&base=B  git bundle -> WipApplied
     GET  /readyz                                                       -> 200 once serving
 
 Errors are 4xx/5xx with an `ErrorBody`.
@@ -447,6 +449,27 @@ class LogRestored(WireModel):
     interrupted: list[str] = Field(
         description="Submissions that were in flight, settled `failed` with `sandbox_lost`."
     )
+
+
+# ------------------------------------------------------------------------------ work in progress
+
+# `GET .../wip`: the workspace as it stands mid-turn, as a git bundle (BUNDLE_CONTENT_TYPE) of a
+# commit of the working tree on top of HEAD (WIP_REVISION_HEADER) and the commits since the base
+# the Session's next pod is checked out at (WIP_BASE_HEADER: the custodian's bundle base, the
+# delivered revision or the starting ref's commit; empty: the bundle holds the whole history);
+# 204 when the workspace holds nothing beyond that base. `PUT .../wip?revision=R&base=B` applies
+# such a bundle in a new pod checked out at B: R's tree over the worktree, HEAD left at B, the
+# changes uncommitted (422 `wip_not_applied` when HEAD is not B, or the checkout lacks the
+# bundle's base). A harness without these endpoints answers 404: it keeps no work in progress.
+WIP_REVISION_HEADER = "Corral-Wip-Revision"
+WIP_BASE_HEADER = "Corral-Wip-Base"
+
+
+class WipApplied(WireModel):
+    """`PUT .../wip` (200): the work in progress is back in the worktree."""
+
+    applied: bool
+    revision: str = Field(description="The work-in-progress commit whose tree was checked out.")
 
 
 # ------------------------------------------------------------------------------ the wire's version

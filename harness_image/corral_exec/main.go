@@ -20,6 +20,8 @@
 //	POST /v1/exec/stdout         {argv, cwd, timeoutSeconds, maxBytes} -> NDJSON (stdout.go):
 //	                             {"type":"stdout","data":base64}* {"type":"exit","exitCode":N,
 //	                             "timedOut":b,"overflow":b,"bytes":N,"stderr":base64}
+//	POST /v1/exec/stdin          {argv, cwd, timeoutSeconds, maxBytes}\n + stdin bytes (stdin.go)
+//	                             -> {exitCode, timedOut, overflow, bytes, output: base64}
 //	POST /v1/files/resolve       {path} -> {verdict, path, kind}
 //	POST /v1/files/read          {path, offset, limit, maxBytes} -> {path, lines, more, clipped}
 //	POST /v1/files/get           {path, maxBytes} -> {content}            (valid UTF-8 only)

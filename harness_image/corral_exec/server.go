@@ -98,6 +98,7 @@ func (s *Service) Handler() http.Handler {
 	mux.HandleFunc("GET /healthz", s.healthz)
 	mux.HandleFunc("POST /v1/exec", s.exec)
 	mux.HandleFunc("POST /v1/exec/stdout", s.execStdout)
+	mux.HandleFunc("POST /v1/exec/stdin", s.execStdin)
 	mux.Handle("POST /v1/files/resolve", jsonHandler(s.resolve))
 	mux.Handle("POST /v1/files/read", jsonHandler(s.read))
 	mux.Handle("POST /v1/files/get", jsonHandler(s.get))

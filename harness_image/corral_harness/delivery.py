@@ -66,6 +66,7 @@ _GIT = (
     "-c", "commit.gpgSign=false",
     "-c", "core.fsmonitor=false",
 )  # fmt: skip
+GIT = _GIT  # the same protected command line, for the work in progress (wip.py)
 
 
 @dataclass(frozen=True)
@@ -364,6 +365,13 @@ class TurnDelivery:
     async def aclose(self) -> None:
         if self._client is not None:
             await self._client.aclose()
+
+    async def bundle_base(self, conversation: str) -> str | None:
+        """The revision the custodian's bundles start after (its last push, or the starting
+        ref's commit); None without a custodian. BundleError when it cannot say."""
+        if self._bundles is None:
+            return None
+        return (await self._bundles.base(conversation)).base
 
     async def _git(self, *args: str) -> tuple[int, str]:
         outcome = await self._workspace.run([*_GIT, *args], timeout=GIT_TIMEOUT, keep_bytes=_KEEP)

@@ -32,8 +32,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from corral_api.kinds import AgentSpec
 from corral_api.wire import (
+    BUNDLE_CONTENT_TYPE,
     LOG_CONTENT_TYPE,
     LOG_NEXT_HEADER,
+    WIP_BASE_HEADER,
+    WIP_REVISION_HEADER,
     WIRE_VERSION,
     WIRE_VERSION_HEADER,
     AbortRequest,
@@ -43,21 +46,22 @@ from corral_api.wire import (
     LogRestored,
     SteerRequest,
     SteerResponse,
+    WipApplied,
 )
 from corral_common.catalog import UnknownModel, resolve_model
 
-from . import metrics
+from . import metrics, wip
 from .approvals.custodian_port import CustodianApprovalPort
 from .approvals.file_port import FileApprovalPort
 from .config import HarnessConfig
 from .conversations import Conversation, RecordCheck, Registry, Submission, new_submission_id
 from .custodian_client.menu import MenuClient
 from .default_policy import DefaultPolicy
-from .delivery import TurnDelivery
+from .delivery import BundleError, TurnDelivery
 from .engine.choice import engine_loader as chosen_engine_loader
 from .engine.seam import EngineAdapter
 from .evaluation_probe import CheckRequest, run_check
-from .ports import ApprovalPort, TurnContext, TurnPolicy, Workspace
+from .ports import ApprovalPort, TurnContext, TurnPolicy, Workspace, WorkspaceError
 from .telemetry import TRACING
 from .tools import LocalWorkspace, WorkingTools
 from .tools._exec_client import ExecWorkspace
@@ -269,6 +273,7 @@ def create_app(
     _add_conversation_routes(app, state)
     _add_turn_control_routes(app, state)
     _add_log_routes(app, state)
+    _add_wip_routes(app, state)
     _add_check_routes(app, state)
     return app
 
@@ -521,6 +526,44 @@ def _add_log_routes(app: FastAPI, state: _ServerState) -> None:
             restored=True, records=len(records), events=events, interrupted=interrupted
         )
         return JSONResponse(answer.model_dump(), status_code=201)
+
+
+def _add_wip_routes(app: FastAPI, state: _ServerState) -> None:
+    """The workspace's work in progress, out of a pod mid-turn and into the next (issue 27)."""
+
+    @app.get("/agents/{agent}/{conversation}/wip")
+    async def read_wip(agent: str, conversation: str) -> Response:
+        found = state.lookup(agent, conversation)
+        if isinstance(found, JSONResponse):
+            return found
+        try:
+            base = await state.delivery.bundle_base(conversation) if state.delivery else None
+            shot = await wip.snapshot(state.workspace, base)
+        except (wip.WipError, BundleError, WorkspaceError) as exc:
+            return _error(503, "wip_unavailable", str(exc))
+        if shot is None:
+            return Response(status_code=204)
+        headers = {WIP_REVISION_HEADER: shot.revision, WIP_BASE_HEADER: shot.base or ""}
+        # A bundle that fails half-way breaks the stream off: the operator keeps no partial one.
+        return StreamingResponse(
+            wip.bundle(state.workspace, shot), media_type=BUNDLE_CONTENT_TYPE, headers=headers
+        )
+
+    @app.put("/agents/{agent}/{conversation}/wip")
+    async def apply_wip(agent: str, conversation: str, request: Request) -> Response:
+        found = state.lookup(agent, conversation)
+        if isinstance(found, JSONResponse):
+            return found
+        revision = request.query_params.get("revision", "")
+        base = request.query_params.get("base") or None
+        body = await _read_capped(request, wip.BUNDLE_MAX_BYTES)
+        if body is None:
+            return _error(413, "too_large", f"the bundle is over {wip.BUNDLE_MAX_BYTES} bytes")
+        try:
+            await wip.apply(state.workspace, body, revision, base)
+        except (wip.WipError, WorkspaceError) as exc:
+            return _error(422, "wip_not_applied", str(exc))
+        return JSONResponse(WipApplied(applied=True, revision=revision).model_dump())
 
 
 def _exists(agent: str, conversation: str) -> JSONResponse:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlsplit
 
@@ -24,8 +25,11 @@ import httpx
 
 from corral_api.kinds import AdmissionLedger, AgentSpec
 from corral_api.wire import (
+    BUNDLE_CONTENT_TYPE,
     LOG_CONTENT_TYPE,
     LOG_NEXT_HEADER,
+    WIP_BASE_HEADER,
+    WIP_REVISION_HEADER,
     WIRE_VERSION_HEADER,
     AbortResponse,
     AdmitRequest,
@@ -61,10 +65,22 @@ __all__ = [
     "WireFault",
     "WireRequestFailed",
     "WireVersionUnsupported",
+    "WorkInProgress",
 ]
 
 
 DEFAULT_MAX_ANSWER_BYTES = OperatorSettings().max_history_bytes
+# A work-in-progress bundle is made (or applied) by git in the tools container: it may take long.
+WIP_TIMEOUT_SECONDS = 300.0
+
+
+@dataclass(frozen=True)
+class WorkInProgress:
+    """A workspace's work in progress (`GET .../wip`): the bundle, its commit and its base."""
+
+    bundle: bytes
+    revision: str
+    base: str | None
 # A refusal is shown as at most 500 characters of its reason: no more of it is ever read.
 REFUSAL_READ_BYTES = 64 * 1024
 _IDENTITY = ("", "identity")
@@ -284,6 +300,34 @@ class WireClient:
         if response.status_code >= 400:
             raise WireRequestFailed("restore", response.status_code, _reason(response))
         return LogRestored.model_validate_json(response.content)
+
+    async def read_wip(self, conversation: str) -> WorkInProgress | None:
+        """The workspace's work in progress; None when it holds nothing beyond the base the
+        next pod is checked out at, or the harness keeps none (one from before it: 404)."""
+        path = self._path(conversation, "/wip")
+        response = await self._call("GET", path, "wip", timeout=WIP_TIMEOUT_SECONDS)
+        if response.status_code in (204, 404):
+            return None
+        if response.status_code >= 400:
+            raise WireRequestFailed("wip", response.status_code, _reason(response))
+        revision = response.headers.get(WIP_REVISION_HEADER, "")
+        if len(revision) != 40:
+            raise WireRequestFailed("wip", response.status_code, f"{WIP_REVISION_HEADER} missing")
+        base = response.headers.get(WIP_BASE_HEADER) or None
+        return WorkInProgress(bytes(response.content), revision, base)
+
+    async def apply_wip(self, conversation: str, wip: WorkInProgress) -> str | None:
+        """Apply a work in progress in this harness's workspace; None once applied, else why
+        not (a checkout without its base, a harness that keeps none)."""
+        path = self._path(conversation, "/wip")
+        response = await self._call(
+            "PUT", path, "apply wip", send=wip.bundle,
+            params={"revision": wip.revision, **({"base": wip.base} if wip.base else {})},
+            content_type=BUNDLE_CONTENT_TYPE, timeout=WIP_TIMEOUT_SECONDS,
+        )  # fmt: skip
+        if response.status_code == 200:
+            return None
+        return f"{response.status_code}: {_reason(response)}"
 
     async def abort(
         self, conversation: str, *, cause: str | None = None, submission_id: str | None = None

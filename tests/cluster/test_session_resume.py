@@ -175,3 +175,65 @@ def test_a_session_whose_pod_is_deleted_mid_turn_resumes_and_succeeds_with_its_w
     # The lost pod's model call is still held at the scripted model: let it end there, so the
     # model server stops at once when its fixture ends.
     time.sleep(max(0.0, DELAY + 1 - (time.monotonic() - deleted)))
+
+
+def _wip_kept(archive: Path, namespace: str, name: str) -> list[Path]:
+    return list((archive / namespace / name).glob(f".wip-*/wip/{name}.bundle"))
+
+
+def test_the_work_in_progress_of_a_turn_cut_short_comes_back_in_the_new_pod(
+    operator: OperatorHandle,
+    scripted_model: ScriptedModelHandle,
+    remote: tuple[str, Path],
+    archive_dir: Path,
+) -> None:
+    """Mid-turn, the agent changed the worktree and delivered nothing yet: the operator keeps
+    its work in progress in the archive (every wipIntervalSeconds, never on the remote), and
+    the new pod's worktree has it back, uncommitted, when the turn is admitted again."""
+    url, bare = remote
+    name = f"{operator.namespace}-wip"
+    work = "echo work in progress > WIP.md && rm README.md && echo changed"
+    scripted_model.load({"conversations": {name: [
+        {"tool_use": {"name": "bash", "input": {"command": work}}},
+        {"text": "never seen: the pod goes first", "delay": DELAY},
+        {"tool_use": {"name": "bash", "input": {"command": "cat WIP.md; ls; git status --short"}}},
+        {"text": "Done with WIP.md."},
+    ]}})  # fmt: skip
+    session = session_doc(name, Path("."))
+    session["spec"]["workspace"]["repo"] = url
+    operator.apply(agent_doc(workspace={"wipIntervalSeconds": 1}), session)
+
+    wait_for("the work in progress kept", lambda: _wip_kept(archive_dir, operator.namespace, name),
+             120)  # fmt: skip
+    assert operator.session_status(name).get("ledger"), "the turn is still in flight"
+    assert not _has_branch(bare, name)  # nothing delivered yet: the turn has not ended
+    operator.cp.kubectl("delete", "pod", f"corral-{name}", "-n", operator.namespace,
+                        "--wait=false")  # fmt: skip
+    deleted = time.monotonic()
+
+    status = operator.wait_phase(name, {"Succeeded", "Failed"}, timeout=180)
+    assert status["phase"] == "Succeeded", status
+    assert (status["restarts"], status["resumeInterruptions"], status["turns"]) == (1, 1, 1)
+    requests = scripted_model.requests(name)
+    assert len(requests) == 4, [_texts(r)[-200:] for r in requests]
+    note = _texts(requests[2])
+    assert "work in progress saved at" in note and "back in the worktree" in note, note[-600:]
+    shown = str(requests[3]["body"]["messages"][-1])
+    # The new checkout had the file written and the file removed, as the agent left them.
+    assert "work in progress" in shown and "D README.md" in shown and "?? WIP.md" in shown, shown
+    assert "work in progress of" in operator.logs()
+    # Never on the remote: only the Session's branch, which the resumed turn delivered.
+    refs = subprocess.run(["git", "-C", str(bare), "for-each-ref", "--format=%(refname)"],
+                          capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    assert [r for r in refs if not r.startswith("refs/heads/")] == [], refs
+    assert set(refs) == {"refs/heads/main", f"refs/heads/corral/{name}"}, refs
+    assert "WIP.md" in _branch_files(bare, f"corral/{name}")
+    # The settlement dropped it: nothing stale is left to lay over a later checkout.
+    assert not _wip_kept(archive_dir, operator.namespace, name)
+    time.sleep(max(0.0, DELAY + 1 - (time.monotonic() - deleted)))
+
+
+def _has_branch(bare: Path, name: str) -> bool:
+    found = subprocess.run(["git", "-C", str(bare), "rev-parse", "--verify", "-q",
+                            f"refs/heads/corral/{name}"], capture_output=True)  # fmt: skip
+    return found.returncode == 0

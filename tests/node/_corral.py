@@ -39,7 +39,8 @@ WELCOME_HOST = "welcome.corral.test"
 UIDS = {"harness": 10001, "tools": 10002, "custodian": 10003}
 FS_GROUP = 10000
 OPERATOR_UID = 10001  # the chart's operator.runAsUser
-# The archive's claim on the local node (a hostPath volume under the install's work directory).
+# The archive's claim on the local node (a hostPath volume under the install's work directory);
+# each install's own, named after its work directory, so none meets an earlier one's.
 ARCHIVE_CLAIM = "corral-node-archive"
 
 # Run in a pod with `python3 -c PROBE tcp HOST:PORT` or `python3 -c PROBE http URL [BODY]`:
@@ -339,6 +340,7 @@ def installed(target: Target) -> Iterator[Corral]:
     rstack.git_repository(repos / "work" / "repo", {"README.md": "# the node tier's repo\n"})
     servers: list[_Refuser] = []
     corral: Corral | None = None
+    archive_claim: str | None = None
     processes: list[subprocess.Popen[bytes]] = []
     try:
         git_port = rstack.free_port(host)
@@ -365,14 +367,13 @@ def installed(target: Target) -> Iterator[Corral]:
             welcome_port=int(welcome.server_address[1]),
         )
         _prepare_namespace(target, NAMESPACE)
-        archive_claim = None
         if target.name != "external":  # kind has a provisioner; the local node has none
-            archive_claim = ARCHIVE_CLAIM
+            archive_claim = f"{ARCHIVE_CLAIM}-{work.name.rsplit('-', 1)[-1].lower()}"
             target.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
             volume = rstack.archive_volume(
-                ARCHIVE_CLAIM, OPERATOR_NAMESPACE, work / "archive", OPERATOR_UID
+                archive_claim, OPERATOR_NAMESPACE, work / "archive", OPERATOR_UID
             )
-            target.kubectl("apply", "-f", "-", input=yaml.safe_dump_all(volume))
+            target.kubectl("create", "-f", "-", input=yaml.safe_dump_all(volume))
         values = rstack.chart_values(
             archive_claim=archive_claim,
             operator_image=target.operator_image,
@@ -402,8 +403,10 @@ def installed(target: Target) -> Iterator[Corral]:
                 )  # fmt: skip
             with contextlib.suppress(Exception):
                 target.kubectl("delete", "namespace", NAMESPACE, "--wait=false", check=False)
-            with contextlib.suppress(Exception):
-                target.kubectl("delete", "pv", f"{OPERATOR_NAMESPACE}-{ARCHIVE_CLAIM}",
+            if archive_claim is not None:
+                target.kubectl("delete", "pvc", archive_claim, "-n", OPERATOR_NAMESPACE,
+                               "--wait=false", check=False)  # fmt: skip
+                target.kubectl("delete", "pv", f"{OPERATOR_NAMESPACE}-{archive_claim}",
                                "--wait=false", check=False)  # fmt: skip
         for server in servers:
             server.shutdown()

@@ -301,6 +301,34 @@ class ExecWorkspace:
             stderr = base64.b64decode(exit_event.get("stderr", ""))
             raise StdoutFailed(code, workspace_text(stderr), timed_out=timed_out, overflow=overflow)
 
+    async def run_with_stdin(
+        self, argv: Sequence[str], data: bytes, *, timeout: float, max_bytes: int, cwd: str = "."
+    ) -> CommandOutcome:
+        """Run argv with `data` on its stdin (`/v1/exec/stdin`: one line of JSON, then the
+        bytes); stdout and stderr come back together, their last bytes only. More than
+        `max_bytes` of data is refused before anything runs."""
+        if len(data) > max_bytes:
+            raise WorkspaceError("too_large", f"{len(data)} bytes for stdin, over {max_bytes}")
+        head = {
+            "argv": list(argv),
+            "cwd": self._checked(cwd),
+            "timeoutSeconds": timeout,
+            "maxBytes": max_bytes,
+        }
+        body = json.dumps(head).encode() + b"\n" + data
+        headers = {"Content-Type": "application/octet-stream"}
+        try:
+            async with self._client.request(
+                "POST", "/v1/exec/stdin", body, headers=headers
+            ) as response:
+                answer = _json(await response.read())
+                if response.status != 200:
+                    raise _error(answer, response.status)
+        except TransportError as exc:
+            raise WorkspaceError("unavailable", str(exc)) from exc
+        output = workspace_text(base64.b64decode(answer.get("output") or ""))
+        return CommandOutcome(int(answer["exitCode"]), output, bool(answer.get("timedOut")))
+
     async def programs(self) -> Programs:
         if self._programs is None:
             _, content = await self._exchange("GET", "/healthz", None, REQUEST_TIMEOUT_SECONDS)

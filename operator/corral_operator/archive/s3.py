@@ -45,6 +45,8 @@ from .store import (
     joined_log,
     log_chain,
     log_chunk_name,
+    wip_matches,
+    wip_names,
 )
 
 ACCESS_KEY_FILE = "accessKeyId"
@@ -270,6 +272,35 @@ class S3Archive:
         prefix = self._key(namespace, name, uid, "conversation/")
         chain = log_chain(key[len(prefix) :] for key in self._list(prefix))
         return chain[-1][1] if chain else 0
+
+    def write_wip(
+        self, namespace: str, name: str, uid: str, data: bytes, meta: dict[str, Any]
+    ) -> None:
+        checked_names(namespace, name, uid)
+        bundle, described = wip_names(name)
+        self._put(self._key(namespace, name, uid, bundle), data, "application/x-git-bundle")
+        body = json.dumps(meta).encode()
+        self._put(self._key(namespace, name, uid, described), body, "application/json")
+
+    def read_wip(
+        self, namespace: str, name: str, uid: str
+    ) -> tuple[bytes, dict[str, Any]] | None:
+        checked_names(namespace, name, uid)
+        bundle, described = wip_names(name)
+        run = f"{namespace}/{name}/{uid}"
+        meta = self._get(self._key(namespace, name, uid, described), f"wip of {run}")
+        data = self._get(self._key(namespace, name, uid, bundle), f"wip of {run}")
+        if meta is None or data is None:
+            return None
+        found = (bytes(data), dict(json.loads(meta)))
+        return found if wip_matches(*found) else None
+
+    def drop_wip(self, namespace: str, name: str, uid: str) -> None:
+        checked_names(namespace, name, uid)
+        for leaf in wip_names(name):
+            answer = self._request("DELETE", self._key(namespace, name, uid, leaf))
+            if answer.status_code >= 300 and answer.status_code != 404:
+                raise self._refused(answer, f"DELETE {leaf}")
 
     def _load(self, namespace: str, name: str, uid: str) -> ArchivedSession | None:
         run = f"{namespace}/{name}/{uid}"

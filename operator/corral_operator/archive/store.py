@@ -45,6 +45,29 @@ class ArchiveStore(Protocol):
 
     def log_end(self, namespace: str, name: str, uid: str) -> int: ...
 
+    def write_wip(
+        self, namespace: str, name: str, uid: str, data: bytes, meta: dict[str, Any]
+    ) -> None: ...
+
+    def read_wip(
+        self, namespace: str, name: str, uid: str
+    ) -> tuple[bytes, dict[str, Any]] | None: ...
+
+    def drop_wip(self, namespace: str, name: str, uid: str) -> None: ...
+
+
+# The work in progress of a turn in flight (docs/turns.md, "A lost pod"): the newest bundle,
+# `wip/<session>.bundle`, and what it holds (`wip/<session>.json`: revision, base, savedAt),
+# written after the bundle, so a reader that finds the one finds the bundle it names.
+def wip_names(name: str) -> tuple[str, str]:
+    return f"wip/{name}.bundle", f"wip/{name}.json"
+
+
+def wip_matches(data: bytes, meta: dict[str, Any]) -> bool:
+    """Whether `data` is the bundle `meta` was written for (a crash between the two writes
+    leaves a newer bundle beside an older description)."""
+    return meta.get("bytes") == len(data)
+
 
 # The conversation's durable log, archived as it grows (docs/turns.md, "A lost pod"): records
 # [start, end) of the harness's log as one object each, named so that they sort in order.
@@ -203,6 +226,45 @@ class FileArchive:
         where = self._log_dir(namespace, name, uid)
         chain = log_chain(p.name for p in where.iterdir()) if where.is_dir() else []
         return chain[-1][1] if chain else 0
+
+    def _wip_dir(self, namespace: str, name: str, uid: str) -> Path:
+        return self.root / namespace / name / f".wip-{uid}"
+
+    def write_wip(
+        self, namespace: str, name: str, uid: str, data: bytes, meta: dict[str, Any]
+    ) -> None:
+        checked_names(namespace, name, uid)
+        where = self._wip_dir(namespace, name, uid)
+        bundle, described = wip_names(name)
+        for leaf, body in ((bundle, data), (described, json.dumps(meta).encode())):
+            target = where / leaf
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, staging = tempfile.mkstemp(prefix=".wip.", dir=target.parent)
+            with os.fdopen(fd, "wb") as out:
+                out.write(body)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(staging, target)
+
+    def read_wip(
+        self, namespace: str, name: str, uid: str
+    ) -> tuple[bytes, dict[str, Any]] | None:
+        checked_names(namespace, name, uid)
+        where = self._wip_dir(namespace, name, uid)
+        bundle, described = wip_names(name)
+        run = f"{namespace}/{name}/{uid}"
+        try:
+            meta = json.loads(read_file_capped(where / described, self.max_bytes, f"wip of {run}"))
+            data = read_file_capped(where / bundle, self.max_bytes, f"wip of {run}")
+        except FileNotFoundError:
+            return None
+        return (data, meta) if wip_matches(data, meta) else None
+
+    def drop_wip(self, namespace: str, name: str, uid: str) -> None:
+        checked_names(namespace, name, uid)
+        where = self._wip_dir(namespace, name, uid)
+        if where.is_dir():
+            _remove_tree(where)
 
     def _load(self, where: Path) -> ArchivedSession | None:
         run = "/".join(where.parts[-3:])

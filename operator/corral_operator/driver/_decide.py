@@ -76,19 +76,27 @@ def sandbox_lost(settled: SettledEvent) -> bool:
     )
 
 
-def resumed_decision(turn: int, revision: str | None) -> Decision:
+def resumed_decision(turn: int, revision: str | None, wip_saved_at: str | None = None) -> Decision:
     """After a lost pod interrupted turn `turn`: admit it again at once in the new pod, with a
-    note of what was lost. The turn is not counted."""
+    note of what was lost (less when its work in progress, saved at `wip_saved_at`, came back).
+    The turn is not counted."""
     where = (
         f"the last revision it delivered ({revision[:12]})"
         if revision
         else "the starting ref (nothing had been delivered)"
     )
+    if wip_saved_at:
+        lost = (
+            f"with the work in progress saved at {wip_saved_at} back in the worktree, "
+            "uncommitted: changes made after that, and the results of commands still running, "
+            "are gone"
+        )
+    else:
+        lost = "changes made since then, and the results of commands still running, are gone"
     note = (
         "Your previous turn was interrupted: the sandbox pod it ran in was lost. The "
-        f"conversation is restored, and the workspace is checked out again at {where}: changes "
-        "made since then, and the results of commands still running, are gone. Check the "
-        "workspace's state, then continue the task where you left off."
+        f"conversation is restored, and the workspace is checked out again at {where}, {lost}. "
+        "Check the workspace's state, then continue the task where you left off."
     )
     return Decision(
         "continue", "Running", f"turn {turn} resumes in a new pod after its pod was lost", note
@@ -116,11 +124,13 @@ def is_interrupted(state: DriverState) -> bool:
     return last is not None and last.turn > state.turns
 
 
-def continuation_message(state: DriverState, task: str, revision: str | None = None) -> str:
+def continuation_message(
+    state: DriverState, task: str, revision: str | None = None, wip_saved_at: str | None = None
+) -> str:
     """The message that continues a turn a freeze, or a lost pod, interrupted."""
     last = state.last_settlement
     if last is not None and (last.error or "").startswith(tuple(f"{e}:" for e in LOST_ERRORS)):
-        text = resumed_decision(last.turn, revision).follow_up or ""
+        text = resumed_decision(last.turn, revision, wip_saved_at).follow_up or ""
     elif last is not None and (last.error or "").startswith(f"{SUSPEND_CAUSE}:"):
         text = (
             "Your previous turn was interrupted before it finished: the session was suspended, "

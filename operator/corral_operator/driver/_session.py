@@ -85,6 +85,7 @@ class SessionDriver:
         check_timeout: int = DEFAULT_CHECK_TIMEOUT,
         children_report: ChildrenReport | None = None,
         resumed_from: str | None = None,
+        resumed_wip: str | None = None,
     ) -> None:
         self._client = client
         # What finished children report to a parent resuming from WaitingForChildren.
@@ -109,6 +110,8 @@ class SessionDriver:
         self._replies: list[str] = []
         # The revision a resumed Session's new pod checked out (its note to the model names it).
         self._resumed_from = resumed_from
+        # When the work in progress laid over that checkout was saved (None: none was).
+        self._resumed_wip = resumed_wip
 
     @property
     def abort_requested(self) -> bool:
@@ -117,6 +120,11 @@ class SessionDriver:
     @property
     def interrupted(self) -> bool:
         return self._interrupt is not None
+
+    @property
+    def in_flight(self) -> bool:
+        """A turn is admitted and not settled yet (its work in progress is worth keeping)."""
+        return self._in_flight is not None
 
     async def run(self) -> DriverOutcome:
         self._state = await self._store.load()
@@ -133,7 +141,9 @@ class SessionDriver:
                 held = f"frozen before turn {state.turns + 1} was admitted"
                 return await self._finish(Decision("finish", state.phase, held))
             if is_interrupted(state):
-                message = continuation_message(state, self._session.task, self._resumed_from)
+                message = continuation_message(
+                    state, self._session.task, self._resumed_from, self._resumed_wip
+                )
             elif state.phase == WAITING_FOR_WAKE and self._session.wake is not None:
                 if seconds_until_wake(state, datetime.now(UTC)) > 0:
                     return self._outcome(last_text)  # not woken yet: nothing to admit
@@ -352,7 +362,7 @@ class SessionDriver:
         decision = (
             interrupted_decision(ledger.turn, self._interrupt)
             if interrupted
-            else resumed_decision(ledger.turn, self._resumed_from)
+            else resumed_decision(ledger.turn, self._resumed_from, self._resumed_wip)
             if lost
             else decide_after_settlement(
                 state=state,

@@ -275,7 +275,8 @@ def suspending(inputs: SessionInputs) -> SessionDecision | None:
         return None
     if not inputs.serving:
         return None  # nothing serves the turn: parked as it stands (`suspended`)
-    how = "finishes first" if spec.suspend_mode == "afterTurn" else "is aborted"
+    mode = spec.suspend_mode or "afterTurn"
+    how = "finishes first" if mode == "afterTurn" else "is aborted"
     text = f"suspending: turn {inputs.old.ledger.turn} {how}, then the pod goes"
     status = inputs.seen.model_copy(update={"message": text})
     return SessionDecision(
@@ -285,7 +286,7 @@ def suspending(inputs: SessionInputs) -> SessionDecision | None:
         harness_url=inputs.harness_url,
         lineage=inputs.lineage,
         pod_ip=inputs.pod_ip,
-        suspend=spec.suspend_mode,
+        suspend=mode,
         frozen_by=inputs.frozen_by,  # a Freeze wins: the turn is interrupted as it says
     )
 

@@ -10,6 +10,12 @@ the archived records to the new harness (`PUT .../log`): the turn that was in fl
 A turn whose admission never reached the archive (the pod went in between) is not in the
 restored log: `restore` says so, and the status records it as lost the same way, so the driver
 admits it again all the same.
+
+The work in progress goes the same way (`WipKeeper`): while a turn is in flight the operator
+asks the harness every `Agent.spec.workspace.wipIntervalSeconds` for a bundle of the worktree
+beyond the delivered revision and keeps the newest in the archive (never on the remote); each
+settlement drops it, since the turn's delivery holds that work. The new pod gets it back after
+the conversation (`restore_wip`), laid over the checkout only if that is the bundle's base.
 """
 
 from __future__ import annotations
@@ -17,13 +23,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from corral_api.kinds import SessionStatus, SettlementRecord
+from corral_api.timestamps import now_rfc3339
 
 from ..archive.store import ArchiveStore
-from ..wireclient import WireClient
+from ..driver import WireFault
+from ..wireclient import WireClient, WorkInProgress
 
 log = logging.getLogger("corral.operator.continuity")
 
@@ -118,3 +129,71 @@ def _admitted_in(records: bytes, submission_id: str) -> bool:
         ):
             return True
     return False
+
+
+class WipKeeper:
+    """Keeps the newest work in progress of one Session's turn in flight in the archive."""
+
+    def __init__(self, store: ArchiveStore, run: Run, client: WireClient) -> None:
+        self._store, self._run, self._client = store, run, client
+        self._lock = asyncio.Lock()  # a save and a settlement's drop never interleave
+
+    async def keep(self, interval: float, in_flight: Callable[[], bool]) -> None:
+        """Save every `interval` seconds while `in_flight()`; runs until cancelled. A save that
+        fails is logged, and the next one tries again."""
+        while True:
+            await asyncio.sleep(interval)
+            if not in_flight():
+                continue
+            try:
+                await self.save()
+            except (WireFault, OSError, ValueError, httpx.HTTPError) as err:
+                run = self._run
+                log.warning("%s/%s: work in progress not saved: %s", run.namespace, run.name, err)
+
+    async def save(self) -> bool:
+        """Read the work in progress and keep it (or drop the kept one when the worktree holds
+        nothing beyond the base); whether one is kept now."""
+        run = self._run
+        async with self._lock:
+            found = await self._client.read_wip(run.name)
+            if found is None:
+                await asyncio.to_thread(self._store.drop_wip, run.namespace, run.name, run.uid)
+                return False
+            meta = {
+                "revision": found.revision,
+                "base": found.base,
+                "bytes": len(found.bundle),
+                "savedAt": now_rfc3339(),
+            }
+            await asyncio.to_thread(
+                self._store.write_wip, run.namespace, run.name, run.uid, found.bundle, meta
+            )
+            return True
+
+    async def drop(self) -> None:
+        """A turn settled: its delivery holds its work, and an older snapshot must never be
+        laid over it."""
+        run = self._run
+        async with self._lock:
+            await asyncio.to_thread(self._store.drop_wip, run.namespace, run.name, run.uid)
+
+
+async def restore_wip(store: ArchiveStore, run: Run, client: WireClient) -> str | None:
+    """Lay the archived work in progress over a resumed Session's new checkout; when it was
+    saved if it was applied (the model's note says so), else None. The harness refuses it
+    unless the checkout is at its base."""
+    found = await asyncio.to_thread(store.read_wip, run.namespace, run.name, run.uid)
+    if found is None:
+        return None
+    data, meta = found
+    base = meta.get("base")
+    wip = WorkInProgress(data, str(meta.get("revision") or ""), str(base) if base else None)
+    refused = await client.apply_wip(run.name, wip)
+    if refused is not None:
+        log.warning("%s/%s: work in progress not applied in the new pod: %s",
+                    run.namespace, run.name, refused)  # fmt: skip
+        return None
+    log.info("%s/%s: work in progress of %s applied in the new pod (%d bytes)",
+             run.namespace, run.name, meta.get("savedAt"), len(data))  # fmt: skip
+    return str(meta.get("savedAt") or "")

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,6 +31,7 @@ from ..driver import (
     admission_attempt,
     children_report,
 )
+from ..planning.agent import usable_spec
 from ..planning.children import may_have_children
 from ..planning.lineage import with_turn_cap
 from ..planning.session import PlannedEvent, SessionPlan, now_text
@@ -37,7 +39,7 @@ from ..planning.turns import event_for
 from ..runtime import post_event
 from ..wireclient import WireClient
 from .context import LoopContext, StopFlag
-from .continuity import LogArchiver, Run, restore
+from .continuity import LogArchiver, Run, WipKeeper, restore, restore_wip
 from .disruption import TurnBudget
 from .sandbox import resume_point
 from .store import BudgetExceededStop, SessionStatusStore
@@ -80,20 +82,10 @@ async def drive(
         max_answer_bytes=settings.max_history_bytes,
     )
     old = SessionStatus.model_validate(body.get("status") or {})
-    planned = plan.status
-    archiver = None
-    if ctx.rt.archive is not None:
-        run = Run(ctx.namespace, ctx.name, uid)
-        archiver = LogArchiver(ctx.rt.archive, run, client)
-        if old.restores_conversation and ctx.restored_into != plan.pod_ip:
-            lost = await restore(ctx.rt.archive, run, client, SessionStatus.model_validate(planned))
-            ctx.restored_into = plan.pod_ip
-            if lost is not None:
-                # The driver starts from the planned status, and its first save writes it:
-                # the turn the new harness cannot know goes in there, as lost.
-                planned, old = lost.wire(), lost
+    kept, planned, old = await _continuity(ctx, uid, client, plan, old)
     store = _status_store(ctx, body, agent, plan, session, token, planned)
-    driver = _driver(ctx, body, agent, plan, session, client, store, old, children, archiver)
+    driver = _driver(ctx, body, agent, plan, session, client, store, old, children, kept)
+    keeping = _keep_wip(kept, agent, driver)
     key = (ctx.namespace, ctx.name)
     ctx.rt.drivers[key] = driver
     if plan.frozen_by is not None:  # re-attached only to stop the turn in flight
@@ -113,8 +105,58 @@ async def drive(
         # The store saved the Session Failed (BudgetExceeded) before stopping the driver.
         post_event(body, PlannedEvent("Warning", "BudgetExceeded", str(spent)))
     finally:
+        if keeping is not None:
+            keeping.cancel()
         ctx.rt.drivers.pop(key, None)
         await _wind_down(ctx, task, client, store)
+
+
+@dataclass
+class _Kept:
+    """What the archive keeps of a Session as it goes: its log, its work in progress, and
+    when the work in progress laid over this pod's checkout was saved (None: none was)."""
+
+    archiver: LogArchiver | None = None
+    wip: WipKeeper | None = None
+    wip_saved_at: str | None = None
+
+
+async def _continuity(
+    ctx: LoopContext, uid: str, client: WireClient, plan: SessionPlan, old: SessionStatus
+) -> tuple[_Kept, dict[str, Any], SessionStatus]:
+    """The archive's keepers for this pass, and for the first pass at a resumed Session's new
+    pod its conversation and work in progress restored there; the status to start from."""
+    planned = plan.status
+    store = ctx.rt.archive
+    if store is None:
+        return _Kept(), planned, old
+    run = Run(ctx.namespace, ctx.name, uid)
+    kept = _Kept(LogArchiver(store, run, client), WipKeeper(store, run, client))
+    if not old.restores_conversation or ctx.restored_into == plan.pod_ip:
+        return kept, planned, old
+    lost = await restore(store, run, client, SessionStatus.model_validate(planned))
+    ctx.restored_into = plan.pod_ip
+    if lost is not None:
+        # The driver starts from the planned status, and its first save writes it: the turn
+        # the new harness cannot know goes in there, as lost.
+        planned, old = lost.wire(), lost
+    try:
+        kept.wip_saved_at = await restore_wip(store, run, client)
+    except (WireFault, OSError, ValueError, httpx.HTTPError) as err:
+        log.warning("session %s/%s: work in progress not restored: %s",
+                    ctx.namespace, ctx.name, err)  # fmt: skip
+    return kept, planned, old
+
+
+def _keep_wip(
+    kept: _Kept, agent: dict[str, Any], driver: SessionDriver
+) -> asyncio.Task[None] | None:
+    """Save the work in progress of each turn in flight every wipIntervalSeconds (0: never)."""
+    spec = usable_spec(agent)
+    seconds = spec.workspace.wip_interval() if spec is not None else 0
+    if kept.wip is None or seconds <= 0:
+        return None
+    return asyncio.create_task(kept.wip.keep(float(seconds), lambda: driver.in_flight))
 
 
 def _status_store(
@@ -173,7 +215,7 @@ def _driver(
     store: SessionStatusStore,
     old: SessionStatus,
     children: list[dict[str, Any]] | None,
-    archiver: LogArchiver | None = None,
+    kept: _Kept | None = None,
 ) -> SessionDriver:
     """The turn driver over the wire (the Agent read afresh at every admission) and the store,
     told how a parent's children ended when it waits for them."""
@@ -195,11 +237,13 @@ def _driver(
     report = None
     if old.phase == "WaitingForChildren":
         report = children_report(old.waiting_for, children or [], old.reported_children)
-    on_event = _event_sink(ctx, body, agent_ref, spec.sandbox.disruption, archiver)
+    kept = kept or _Kept()
+    on_event = _event_sink(ctx, body, agent_ref, spec.sandbox.disruption_policy(), kept)
     resume = resume_point(body)
     return SessionDriver(
         wire, store, spec, session.spec, ctx.name, on_event, children_report=report,
         resumed_from=resume.revision if resume is not None else None,
+        resumed_wip=kept.wip_saved_at,
     )  # fmt: skip
 
 
@@ -208,7 +252,7 @@ def _event_sink(
     body: dict[str, Any],
     agent_ref: str,
     disruption: Disruption,
-    archiver: LogArchiver | None = None,
+    kept: _Kept,
 ) -> Callable[[dict[str, Any]], None]:
     """What the driver's events become: Events on the Session, metrics, a line per turn, the
     conversation's log archived after each admission and settlement, and the sandbox pod's
@@ -230,10 +274,20 @@ def _event_sink(
         if event.get("type") not in ("admitted", "settled"):
             return
         ctx.background(budget.follow(event))
-        if archiver is not None:
-            ctx.background(_archive_log(ctx, archiver))
+        if kept.archiver is not None:
+            ctx.background(_archive_log(ctx, kept.archiver))
+        if kept.wip is not None and event.get("type") == "settled":
+            ctx.background(_drop_wip(ctx, kept.wip))
 
     return on_event
+
+
+async def _drop_wip(ctx: LoopContext, keeper: WipKeeper) -> None:
+    """Best effort: a snapshot left behind is never laid over a later checkout (its base)."""
+    try:
+        await keeper.drop()
+    except OSError as err:
+        log.warning("session %s/%s: work in progress not dropped: %s", ctx.namespace, ctx.name, err)
 
 
 async def _archive_log(ctx: LoopContext, archiver: LogArchiver) -> None:

@@ -173,3 +173,27 @@ def test_both_backends_keep_a_conversation_log_that_grows_in_chunks(
     big.write_log("agents", "grows", "u-7", 1, 2, b"y" * 150 + b"\n")
     with pytest.raises(ArchiveTooLarge):
         big.read_log("agents", "grows", "u-7")
+
+
+def test_both_backends_keep_only_the_newest_work_in_progress_and_drop_it(
+    s3: MotoS3, tmp_path: Path
+) -> None:
+    s3_store = S3Archive(s3.url, "corral-archive", "us-east-1", s3.credentials)
+    stores: list[S3Archive | FileArchive] = [s3_store, FileArchive(tmp_path)]
+    bundle = b"# v2 git bundle\n" + bytes(range(256)) * 4
+    for store in stores:
+        assert store.read_wip("agents", "mid", "u-8") is None
+        store.drop_wip("agents", "mid", "u-8")  # nothing to drop is no error
+        old = {"revision": "a" * 40, "base": "b" * 40, "bytes": 3, "savedAt": "t1"}
+        store.write_wip("agents", "mid", "u-8", b"old", old)
+        meta = {"revision": "c" * 40, "base": "b" * 40, "bytes": len(bundle), "savedAt": "t2"}
+        store.write_wip("agents", "mid", "u-8", bundle, meta)
+        assert store.read_wip("agents", "mid", "u-8") == (bundle, meta), store
+        assert store.read_wip("agents", "mid", "u-9") is None  # another run of the name
+        store.drop_wip("agents", "mid", "u-8")
+        assert store.read_wip("agents", "mid", "u-8") is None
+    # A bundle beside a description of another (a crash between the two writes) is not used.
+    torn = FileArchive(tmp_path / "torn")
+    torn.write_wip("agents", "mid", "u-8", bundle, {"revision": "c" * 40, "bytes": 7})
+    assert torn.read_wip("agents", "mid", "u-8") is None
+    assert list((tmp_path / "torn").glob("agents/mid/.wip-u-8/wip/mid.bundle"))

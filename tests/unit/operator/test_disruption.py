@@ -11,7 +11,7 @@ from typing import Any, cast
 
 import pytest
 
-from corral_api.kinds import Disruption, DisruptionPolicy
+from corral_api.kinds import Disruption, DisruptionPolicy, Sandbox
 from corral_kube import Conflict, KubeUnreachable
 from corral_operator import naming
 from corral_operator.session.context import LoopContext
@@ -48,6 +48,8 @@ def test_allow_holds_no_budget() -> None:
 
 def test_when_idle_is_the_default_and_holds_a_budget_for_the_turn_named_on_it() -> None:
     assert Disruption().policy == "whenIdle"
+    # An Agent that names none (or was made before the field) gets the same.
+    assert Sandbox().disruption is None and Sandbox().disruption_policy() == Disruption()
     budget = _budget(turn=3)
     assert budget["apiVersion"] == "policy/v1" and budget["kind"] == "PodDisruptionBudget"
     md = budget["metadata"]
