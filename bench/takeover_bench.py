@@ -5,8 +5,10 @@ and identity (its Lease Role included), electing on the Lease
 `corral-system/<release>-operator` with the chart's terms (15 s lease, 10 s renew deadline,
 2 s retry period: no term flags). The sandbox side is the STAND-IN SANDBOX
 (`corral_dev._standin_sandbox`, as in bench/operator_bench.py part A), whose turns last
-`--turn-seconds`; this bench runs it with a record of every admission its wire answered (pod,
-conversation, submission, idempotency key): the sandbox's own account of what was admitted.
+`--turn-seconds`; this bench runs it with `--record`, its record of every admission its wire
+answered (pod, conversation, submission, idempotency key, and whether the key was a repeat,
+answered with its first submission as the harness answers): the sandbox's own account of what
+was admitted.
 
 Every run does a hard and a soft takeover, each timed from this process (perf_counter):
 
@@ -78,49 +80,26 @@ LEASE_POLL_S = 0.1
 HARD_TARGET_S = 19.0  # LeaseTerms().takeover_bound: the lease's duration and two tries
 SOFT_TARGET_S = 2.0 + 1.0  # one retry period after the release, and a second of slack
 WHO = ("replica-a", "replica-b")
-RECORD_COMMAND = "record-standin"  # this file as the stand-in's wrapper (see recording_standin)
 
 
 # ------------------------------------------------------------------ the stand-in's record
 
 
-def recording_standin(record: Path, argv: list[str]) -> int:
-    """The stand-in sandbox, appending a JSON line to `record` for every admission it answers
-    with a submission: what its wire admitted, whoever asked. The stand-in does not dedupe by
-    idempotencyKey as the harness does: the same key twice (an admission repeated after a
-    lost ledger write) is two admissions here, one on a real harness; the record keeps it."""
-    from corral_dev import _standin_sandbox as standin
-
-    admit = standin.StandinSandbox._admit
-    out = record.open("a", buffering=1)
-
-    async def recorded(self: Any, request: Any) -> Any:
-        answer = await admit(self, request)
-        if answer.status == 200:
-            asked = json.loads(await request.read())  # aiohttp keeps the body it read
-            pod = self._pod_for(request)
-            line = {
-                "t": time.time(),
-                "pod": getattr(pod, "name", ""),
-                "conversation": request.match_info["conversation"],
-                "submission": json.loads(answer.text or "{}").get("submissionId"),
-                "key": asked.get("idempotencyKey"),
-                "turn": asked.get("turn"),
-            }
-            out.write(json.dumps(line) + "\n")
-        return answer
-
-    standin.StandinSandbox._admit = recorded  # type: ignore[method-assign]
-    return standin.main(argv)
-
-
-def wire_admissions(record: Path) -> dict[str, list[dict[str, Any]]]:
-    """The stand-in's admissions by conversation (a Session's conversation is its name)."""
+def wire_admissions(
+    record: Path,
+) -> tuple[dict[str, list[dict[str, Any]]], collections.Counter[str]]:
+    """The stand-in's admissions (its `--record`) by conversation (a Session's conversation is
+    its name), and how often each conversation asked again with a key already admitted (the
+    stand-in answers it with the first submission, as the harness does: not an admission)."""
     found: dict[str, list[dict[str, Any]]] = collections.defaultdict(list)
+    again: collections.Counter[str] = collections.Counter()
     for line in record.read_text().splitlines():
         entry = json.loads(line)
-        found[entry["conversation"]].append(entry)
-    return found
+        if entry.get("repeat"):
+            again[entry["conversation"]] += 1
+        else:
+            found[entry["conversation"]].append(entry)
+    return found, again
 
 
 def start_standin(
@@ -128,9 +107,10 @@ def start_standin(
 ) -> subprocess.Popen[bytes]:
     standin = subprocess.Popen(
         [
-            "nice", "-n", str(STANDIN_NICENESS), sys.executable, str(Path(__file__).resolve()),
-            RECORD_COMMAND, str(record), "--kubeconfig", str(plane.kubeconfig),
-            "--namespace", ns, "--turn-seconds", str(turn_s),
+            "nice", "-n", str(STANDIN_NICENESS),
+            sys.executable, "-m", "corral_dev._standin_sandbox",
+            "--kubeconfig", str(plane.kubeconfig), "--namespace", ns,
+            "--turn-seconds", str(turn_s), "--record", str(record),
         ],
         stdout=subprocess.PIPE,
         stderr=(OUT / "standin.log").open("wb"),
@@ -355,7 +335,7 @@ class Takeover:
             f"/api/v1/namespaces/{self.ns}/events", params={"fieldSelector": "reason=TurnAdmitted"}
         ).json()["items"]:
             events[item["involvedObject"]["name"]] += int(item.get("count") or 1)
-        wire = wire_admissions(self.record)
+        wire, asked_again = wire_admissions(self.record)
         twice, failed, odd, unposted = [], [], [], []
         for name in names:
             status = statuses.get(name, {})
@@ -379,6 +359,7 @@ class Takeover:
             "succeeded": sum(1 for n in names if statuses.get(n, {}).get("phase") == "Succeeded"),
             "failed_or_unfinished": failed,
             "admitted_twice": twice,
+            "same_key_asked_again": sum(asked_again[n] for n in names),
             "odd": odd,
             "turn_admitted_event_lost": unposted,
             "new_session_admitted_by": {r.who: r.admitted(last) for r in (old, new)},
@@ -466,8 +447,6 @@ def bench(plane: controlplane.ControlPlane, args: argparse.Namespace) -> list[di
 
 
 def main() -> int:
-    if len(sys.argv) > 2 and sys.argv[1] == RECORD_COMMAND:
-        return recording_standin(Path(sys.argv[2]), sys.argv[3:])
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sessions", type=int, default=20, help="Sessions in flight at the kill")
     parser.add_argument("--runs", type=int, default=3, help="hard and soft takeovers, each")

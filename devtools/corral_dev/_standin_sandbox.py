@@ -1,4 +1,4 @@
-"""STAND-IN SANDBOX for the 1,000-Session benchmark: many sandbox pods answered by one process.
+"""STAND-IN SANDBOX for the many-Session benchmarks and tests: many sandbox pods, one process.
 
 A real sandbox pod is three processes (harness, tools, custodian); 1,000 of them do not fit on
 two cores (docs/performance.md, part A). This stand-in takes the place of the kubelet and of
@@ -14,12 +14,21 @@ What it does:
 - accepts only the pod's own wire token, read from the Secret the pod mounts, as the harness
   and the custodian do; anything else is a 401 with an `ErrorBody`;
 - runs each admitted submission as a turn that settles `completed` after `--turn-seconds`, and
-  records its usage, which the usage endpoint then reports as the custodian would.
+  records its usage, which the usage endpoint then reports as the custodian would;
+- answers an admission that repeats a conversation's idempotencyKey with the submission that
+  key was first given, admitting nothing, as the harness does (an operator that lost its ledger
+  write, or a leader killed before it, asks again with the same key);
+- with `--record FILE`, appends one JSON line to FILE for every admission its wire answered
+  with a submission (`t`, `pod`, `conversation`, `submission`, `key`: the idempotencyKey,
+  `turn`, and `repeat`: true for a repeated key answered with its first submission): the
+  sandbox's own account of what was admitted, whoever asked (bench/takeover_bench.py and
+  tests/cluster/test_operator_burst_takeover.py compare it with the Sessions').
 
 What it does not do: run a model, tools or a checkout. The operator's side is unchanged: it
 creates real objects, reads real pod status and speaks the real wire over TCP.
 
-Run: `python -m corral_dev._standin_sandbox --kubeconfig K --namespace NS` (prints `ready`).
+Run: `python -m corral_dev._standin_sandbox --kubeconfig K --namespace NS [--turn-seconds S]
+[--record FILE]` (prints `ready`).
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import httpx
 from aiohttp import web
@@ -86,6 +95,7 @@ class Conversation:
     grew: asyncio.Event = field(default_factory=asyncio.Event)
     queue: list[str] = field(default_factory=list)  # unsettled submissions, admission order
     turns: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    by_key: dict[str, AdmitResponse] = field(default_factory=dict)  # by idempotencyKey
     ended: bool = False
 
     def emit(self, type_: str, submission_id: str, **fields: Any) -> None:
@@ -121,10 +131,17 @@ class StandinPod:
 
 
 class StandinSandbox:
-    def __init__(self, api: httpx.AsyncClient, namespace: str, turn_seconds: float) -> None:
+    def __init__(
+        self,
+        api: httpx.AsyncClient,
+        namespace: str,
+        turn_seconds: float,
+        record: TextIO | None = None,
+    ) -> None:
         self._api = api
         self._ns = namespace
         self._turn_seconds = turn_seconds
+        self._record = record  # --record: one JSON line per admission answered
         self._pods: dict[str, StandinPod] = {}  # by pod name
         self._by_ip: dict[str, StandinPod] = {}
         self._addresses = (f"127.{200 + i // 250}.{i % 250 + 1}.1" for i in itertools.count())
@@ -375,13 +392,45 @@ class StandinSandbox:
             )
             return web.json_response(answer.model_dump(exclude_none=True), status=404)
         conv = conv or pod.conversations.setdefault(names, Conversation())
+        again = conv.by_key.get(body.idempotencyKey) if body.idempotencyKey else None
+        if again is not None:
+            # The caller lost the first answer (its ledger write): the same submission, as the
+            # harness answers.
+            self._write_record(pod, names[1], again.submissionId, body, repeat=True)
+            return web.json_response(again.model_dump())
         submission = f"sub-{secrets.token_hex(8)}"
         offset = len(conv.events)
         conv.queue.append(submission)
         conv.turns[submission] = asyncio.ensure_future(self._turn(pod, conv, submission))
         stream = f"/agents/{names[0]}/{names[1]}/updates"
         admitted = AdmitResponse(streamUrl=stream, offset=offset, submissionId=submission)
+        if body.idempotencyKey:
+            conv.by_key[body.idempotencyKey] = admitted
+        self._write_record(pod, names[1], submission, body, repeat=False)
         return web.json_response(admitted.model_dump())
+
+    def _write_record(
+        self,
+        pod: StandinPod,
+        conversation: str,
+        submission: str,
+        body: AdmitRequest,
+        *,
+        repeat: bool,
+    ) -> None:
+        """One line of the --record file: this admission, as its wire answered it."""
+        if self._record is None:
+            return
+        line = {
+            "t": time.time(),
+            "pod": pod.name,
+            "conversation": conversation,
+            "submission": submission,
+            "key": body.idempotencyKey,
+            "turn": body.turn,
+            "repeat": repeat,
+        }
+        self._record.write(json.dumps(line) + "\n")
 
     async def _turn(self, pod: StandinPod, conv: Conversation, submission: str) -> None:
         while conv.queue and conv.queue[0] != submission:  # one at a time, admission order
@@ -528,9 +577,11 @@ class _OneAtATimeBeyond(httpx.AsyncBaseTransport):
         await self._inner.aclose()
 
 
-async def serve(kubeconfig: Path, namespace: str, turn_seconds: float) -> None:
+async def serve(
+    kubeconfig: Path, namespace: str, turn_seconds: float, record: TextIO | None = None
+) -> None:
     async with api_client(kubeconfig) as api:
-        standin = StandinSandbox(api, namespace, turn_seconds)
+        standin = StandinSandbox(api, namespace, turn_seconds, record)
         await standin.harness.setup()
         await standin.custodian.setup()
         await standin.register_node()
@@ -547,11 +598,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--namespace", required=True)
     parser.add_argument("--turn-seconds", type=float, default=0.5)
+    parser.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="append a JSON line to FILE for every admission answered with a submission",
+    )
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s standin %(message)s")
     log.info("STAND-IN SANDBOX for namespace %s: not a kubelet, not a harness", args.namespace)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(args.kubeconfig, args.namespace, args.turn_seconds))
+    with contextlib.ExitStack() as stack:
+        # Line-buffered: each admission is in the file once answered, for a reader meanwhile
+        # and after a SIGTERM or SIGKILL.
+        record = stack.enter_context(args.record.open("a", buffering=1)) if args.record else None
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve(args.kubeconfig, args.namespace, args.turn_seconds, record))
     return 0
 
 
