@@ -93,10 +93,13 @@ def helm_install(
     namespace: str = OPERATOR_NAMESPACE,
     timeout: float = 240,
     operator_args: Sequence[str] = (),
+    reuse_values: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """`helm upgrade --install --wait` of the chart; StackError with helm's words on failure.
     `operator_args`: more arguments for the operator, which the chart has no value for (the dev
-    cluster's `--local-repo-root`), added by a post-renderer (corral_dev._helm_postrender)."""
+    cluster's `--local-repo-root`), added by a post-renderer (corral_dev._helm_postrender).
+    `reuse_values`: the release's values with `values` over them (`--reuse-values`, the upgrade
+    docs/operations.md describes), not the chart's defaults with `values` alone."""
     args = [
         str(helm),
         "upgrade",
@@ -112,6 +115,8 @@ def helm_install(
         "--timeout",
         f"{int(timeout)}s",
     ]
+    if reuse_values:
+        args.append("--reuse-values")
     for key, value in values.items():
         args += ["--set-json", f"{key}={json.dumps(value)}"]
     if operator_args:

@@ -78,15 +78,24 @@ class Artifacts:
         return out
 
 
-def _script(name: str, timeout: float) -> dict[str, str]:
+def _script(
+    name: str, timeout: float, *, hack: Path = HACK, env: dict[str, str] | None = None
+) -> dict[str, str]:
+    """Run hack/node/`name` (of another checkout with `hack`); its `KEY=VALUE` lines."""
     start = time.monotonic()
     done = subprocess.run(
-        ["bash", str(HACK / name)], capture_output=True, text=True, timeout=timeout, check=False
+        ["bash", str(hack / name)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=env,
     )
+    where = "hack/node" if hack == HACK else str(hack)
     if done.returncode != 0:
-        raise NodeError(f"hack/node/{name} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
+        raise NodeError(f"{where}/{name} failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
     sys.stderr.write(done.stderr)
-    sys.stderr.write(f"hack/node/{name}: {time.monotonic() - start:.1f}s\n")
+    sys.stderr.write(f"{where}/{name}: {time.monotonic() - start:.1f}s\n")
     values: dict[str, str] = {}
     for line in done.stdout.splitlines():
         key, sep, value = line.partition("=")

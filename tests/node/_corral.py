@@ -9,6 +9,7 @@ real node and on kind (hack/e2e-kind.sh).
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import socketserver
 import subprocess
@@ -368,7 +369,8 @@ def installed(target: Target) -> Iterator[Corral]:
         )
         _prepare_namespace(target, NAMESPACE)
         if target.name != "external":  # kind has a provisioner; the local node has none
-            archive_claim = f"{ARCHIVE_CLAIM}-{work.name.rsplit('-', 1)[-1].lower()}"
+            # A name of DNS characters (mkdtemp's suffix may hold "_").
+            archive_claim = f"{ARCHIVE_CLAIM}-{hashlib.sha256(work.name.encode()).hexdigest()[:8]}"
             target.kubectl("create", "namespace", OPERATOR_NAMESPACE, check=False)
             volume = rstack.archive_volume(
                 archive_claim, OPERATOR_NAMESPACE, work / "archive", OPERATOR_UID

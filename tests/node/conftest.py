@@ -21,14 +21,14 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import NoReturn
 from unittest import mock
 
 import pytest
 
-from corral_dev import controlplane, realnode
+from corral_dev import controlplane, earlier, realnode
 
 from ..conftest import record_tier_time
 from . import _target
@@ -114,6 +114,62 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         return  # the fixtures report it
     _build_thread = threading.Thread(target=_run_build, name="node build", daemon=True)
     _build_thread.start()
+    _start_earlier_builds(session.items)
+
+
+# An earlier commit's chart and images (corral_dev.earlier), for a module of the tier that names
+# the commit in `EARLIER` (test_upgrade.py): built in a thread of its own once the working
+# tree's build is done, so a cold build overlaps the other tiers and never holds up the node.
+_earlier: dict[str, earlier.Earlier | str] = {}
+_earlier_threads: dict[str, threading.Thread] = {}
+
+
+def _run_earlier_build(commit: str) -> None:
+    if _build_thread is not None:
+        _build_thread.join(BUILD_TIMEOUT)
+    try:
+        built = earlier.build(commit, timeout=BUILD_TIMEOUT)
+    except realnode.NodeError as e:
+        _earlier[commit] = str(e)
+        return
+    except Exception as e:  # reported by the fixture, not lost in a thread
+        _earlier[commit] = f"{type(e).__name__}: {e}"
+        return
+    _earlier[commit] = built
+    how = "built" if built.built else "cached"
+    _timed(f"commit {commit[:7]}'s worktree and images ({how}, beside the tests)", built.seconds)
+
+
+def _start_earlier_builds(items: list[pytest.Item]) -> None:
+    for item in items:
+        commit = getattr(getattr(item, "module", None), "EARLIER", None)
+        if isinstance(commit, str) and _needs_node(item) and commit not in _earlier_threads:
+            thread = threading.Thread(
+                target=_run_earlier_build, args=(commit,), name=f"build {commit[:7]}", daemon=True
+            )
+            _earlier_threads[commit] = thread
+            thread.start()
+
+
+@pytest.fixture(scope="session")
+def earlier_build(node_artifacts: realnode.Artifacts) -> Callable[[str], earlier.Earlier]:
+    """`earlier_build(commit)`: that commit's worktree and images, from the build started after
+    collection (waited for), or built now."""
+
+    def wait(commit: str) -> earlier.Earlier:
+        thread = _earlier_threads.get(commit)
+        if thread is None:
+            _run_earlier_build(commit)
+        else:
+            thread.join(BUILD_TIMEOUT)
+            if thread.is_alive():
+                _cannot_run(f"building commit {commit[:7]} took over {BUILD_TIMEOUT:.0f}s")
+        built = _earlier.get(commit)
+        if not isinstance(built, earlier.Earlier):
+            _cannot_run(f"building commit {commit[:7]} failed: {built}")
+        return built
+
+    return wait
 
 
 @pytest.fixture(scope="session")
