@@ -6,8 +6,6 @@ branch, in real containers under the real kubelet."""
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -217,60 +215,3 @@ def test_a_budget_spent_across_two_pods_is_refused_at_its_cap(corral: Corral) ->
     assert len(corral.model_requests(name)) == 4
     time.sleep(max(0.0, DELAY + 1 - (time.monotonic() - deleted)))
 
-
-def _leader(corral: Corral) -> str:
-    """The operator pod that holds the Lease (its holderIdentity is `<pod>_<suffix>`)."""
-    lease = corral.get("lease", f"{_corral.RELEASE}-operator", _corral.OPERATOR_NAMESPACE) or {}
-    return str((lease.get("spec") or {}).get("holderIdentity") or "").rpartition("_")[0]
-
-
-def _operator_pids(pod: str) -> list[int]:
-    """The host's processes of `pod`'s operator container (the node is this host): the
-    container's environment names its pod (HOSTNAME)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            environ = (proc / "environ").read_bytes().split(b"\0")
-            cmdline = (proc / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if f"HOSTNAME={pod}".encode() in environ and b"corral" in cmdline:
-            found.append(int(proc.name))
-    return found
-
-
-def test_the_leading_operator_killed_mid_turn_every_session_succeeds_admitted_once(
-    corral: Corral,
-) -> None:
-    """The chart's two operator replicas on the real node: SIGKILL to every process of the
-    leader's container while 5 Sessions' turns are in flight; the standby takes the Lease and
-    every Session Succeeds, each turn admitted once (the model's own count)."""
-    names = [f"burst-{i}" for i in range(5)]
-    corral.load_script({"conversations": {
-        name: [{"text": "Finished under whichever operator leads.", "delay": 15}]
-        for name in names
-    }})  # fmt: skip
-    corral.apply(*(_corral.session_doc(n, corral.git_url, keepSandbox=False) for n in names))
-    for name in names:
-        _corral.wait_for(f"{name}'s turn in flight", lambda n=name: _in_flight(corral, n, 1), 240,
-                         lambda n=name: corral.diagnose(n))  # fmt: skip
-    leader = _corral.wait_for("a leader", lambda: _leader(corral), 30)
-    pids = _operator_pids(leader)
-    assert pids, f"no process of {leader}'s operator found on this host"
-    for pid in pids:
-        os.kill(pid, signal.SIGKILL)
-    killed = time.monotonic()
-    standby = _corral.wait_for(
-        "the standby to lead", lambda: (_leader(corral) not in ("", leader)) and _leader(corral), 60
-    )
-    takeover = time.monotonic() - killed
-    for name in names:
-        status = corral.wait_phase(name, {"Succeeded", "Failed"}, timeout=180)
-        assert status["phase"] == "Succeeded", corral.diagnose(name)
-        assert status["turns"] == 1 and not status.get("restarts")
-        assert len(corral.model_requests(name)) == 1, name  # admitted once, answered once
-    record_tier_time("node", "takeover after SIGKILL (real node)", takeover)
-    assert standby != leader
-    print(f"takeover after SIGKILL: {takeover:.1f}s")
