@@ -214,4 +214,3 @@ def test_a_budget_spent_across_two_pods_is_refused_at_its_cap(corral: Corral) ->
     # Two requests in the first pod, the lost one, one in the second: then the cap.
     assert len(corral.model_requests(name)) == 4
     time.sleep(max(0.0, DELAY + 1 - (time.monotonic() - deleted)))
-
