@@ -260,22 +260,7 @@ func runCommand(ctx context.Context, c command, out *eventStream) error {
 	waitErr := cmd.Wait()
 	close(finished)
 
-	code := 0
-	if status, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
-		if status.Signaled() {
-			code = -int(status.Signal())
-		} else {
-			code = status.ExitStatus()
-		}
-	} else if waitErr != nil && !errors.As(waitErr, new(*exec.ExitError)) {
-		code = -1
-	}
-	timed := false
-	select {
-	case <-timedOut:
-		timed, code = true, -9
-	default:
-	}
+	code, timed := exitOutcome(cmd, waitErr, timedOut)
 	if kept.dropped > 0 {
 		out.send(execEvent{Type: "cut", Bytes: kept.dropped})
 	}
@@ -314,4 +299,25 @@ func (h *headTail) add(chunk []byte) []byte {
 		h.tail = append(h.tail[:0], h.tail[extra:]...)
 	}
 	return head
+}
+
+// exitOutcome is how a waited-for command ended: its exit status, -N when signal N killed it,
+// -1 when it could not be waited for, and -9 with timed set when its timeout killed it.
+func exitOutcome(cmd *exec.Cmd, waitErr error, timedOut <-chan struct{}) (int, bool) {
+	code := 0
+	if status, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+		if status.Signaled() {
+			code = -int(status.Signal())
+		} else {
+			code = status.ExitStatus()
+		}
+	} else if waitErr != nil && !errors.As(waitErr, new(*exec.ExitError)) {
+		code = -1
+	}
+	select {
+	case <-timedOut:
+		return -9, true
+	default:
+		return code, false
+	}
 }

@@ -128,22 +128,7 @@ func runWithStdin(ctx context.Context, program string, req stdoutRequest, dir st
 	waitErr := cmd.Wait()
 	close(finished)
 
-	code := 0
-	if status, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
-		if status.Signaled() {
-			code = -int(status.Signal())
-		} else {
-			code = status.ExitStatus()
-		}
-	} else if waitErr != nil && !errors.As(waitErr, new(*exec.ExitError)) {
-		code = -1
-	}
-	timed := false
-	select {
-	case <-timedOut:
-		timed, code = true, -9
-	default:
-	}
+	code, timed := exitOutcome(cmd, waitErr, timedOut)
 	if overflow {
 		copied = req.MaxBytes
 	}

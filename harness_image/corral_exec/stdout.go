@@ -15,7 +15,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -160,22 +159,7 @@ func runForStdout(ctx context.Context, program string, req stdoutRequest, dir st
 	close(finished)
 	stderr := <-stderrDone
 
-	code := 0
-	if status, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
-		if status.Signaled() {
-			code = -int(status.Signal())
-		} else {
-			code = status.ExitStatus()
-		}
-	} else if waitErr != nil && !errors.As(waitErr, new(*exec.ExitError)) {
-		code = -1
-	}
-	timed := false
-	select {
-	case <-timedOut:
-		timed, code = true, -9
-	default:
-	}
+	code, timed := exitOutcome(cmd, waitErr, timedOut)
 	out.write(stdoutEvent{
 		Type: "exit", ExitCode: &code, TimedOut: &timed, Overflow: &overflow, Bytes: &sent,
 		Stderr: stderr,
