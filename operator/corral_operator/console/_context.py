@@ -91,6 +91,17 @@ async def form_of(request: Request) -> dict[str, str]:
     return {k: v[0] for k, v in parse_qs(text, max_num_fields=16).items()}
 
 
+async def json_object_of(request: Request) -> dict[str, Any]:
+    """A JSON object body (the read API's writes take nothing else)."""
+    try:
+        body = await request.json()
+    except ValueError:
+        raise Refused(400, "bad_request", "the body is not JSON") from None
+    if not isinstance(body, dict):
+        raise Refused(400, "bad_request", "the body is not a JSON object")
+    return body
+
+
 def wants_html(request: Request) -> bool:
     return not request.url.path.startswith("/api/")
 

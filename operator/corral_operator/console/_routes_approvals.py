@@ -12,7 +12,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from corral_api.decisions import DECISIONS
 
 from . import pages
-from ._context import ConsoleContext, Obj, form_of, require_same_origin
+from ._context import ConsoleContext, Obj, form_of, json_object_of, require_same_origin
 from .access import Person, Refused
 
 MAX_REASON_CHARS = 4096
@@ -51,12 +51,7 @@ def register_approval_routes(app: FastAPI, ctx: ConsoleContext) -> None:
     async def decision_json(request: Request, namespace: str, name: str) -> Obj:
         person = await ctx.person_of(request)
         require_same_origin(request)
-        try:
-            body = await request.json()
-        except ValueError:
-            raise Refused(400, "bad_request", "the body is not JSON") from None
-        if not isinstance(body, dict):
-            raise Refused(400, "bad_request", "the body is not a JSON object")
+        body = await json_object_of(request)
         decision, reason = str(body.get("decision") or ""), str(body.get("reason") or "")
         return await decide(ctx, request, person, namespace, name, decision, reason)
 

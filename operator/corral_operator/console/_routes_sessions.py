@@ -15,7 +15,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from corral_api.kinds import FINAL_PHASES
 
 from . import pages
-from ._context import ConsoleContext, Obj, form_of, require_same_origin
+from ._context import ConsoleContext, Obj, form_of, json_object_of, require_same_origin
 from .access import Person, Refused
 
 # A page waits this long for the Changes; past it the page says they are being read and its
@@ -67,11 +67,8 @@ def register_session_routes(app: FastAPI, ctx: ConsoleContext) -> None:
     async def suspend_json(request: Request, namespace: str, name: str) -> Obj:
         person = await ctx.person_of(request)
         require_same_origin(request)
-        try:
-            body = await request.json()
-        except ValueError:
-            raise Refused(400, "bad_request", "the body is not JSON") from None
-        if not isinstance(body, dict) or not isinstance(body.get("suspend"), bool):
+        body = await json_object_of(request)
+        if not isinstance(body.get("suspend"), bool):
             raise Refused(400, "bad_request", "the body must be {suspend: true|false, mode?}")
         spec: Obj = {"suspend": body["suspend"]}
         if body["suspend"]:
