@@ -479,6 +479,10 @@ class WipApplied(WireModel):
 # drives a harness of its own major version whose minor is at most one behind its own (or ahead:
 # the additions are not read); it refuses to read any other, and says why, rather than misread
 # it. An answer without the header is a harness from before it: version 1.0.
+#   1.0  the wire before it stated its version (no header).
+#   1.1  the version header on every answer; `GET`/`PUT .../wip` (a 1.0 harness answers them
+#        404, which the operator reads as "no work in progress": nothing is kept or restored).
+# Nothing of 1.1 has been released yet, so it may still grow; once released, any addition is 1.2.
 WIRE_VERSION = "1.1"
 WIRE_VERSION_HEADER = "Corral-Wire-Version"
 WIRE_VERSION_BEFORE_HEADER = "1.0"

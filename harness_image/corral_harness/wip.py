@@ -15,7 +15,13 @@ the custodian's bundle base: the revision the Session's next pod is checked out 
 In the next pod (`PUT .../wip?revision=R`), the bundle's bytes go to the tools side's stdin
 (`/v1/exec/stdin`): `git bundle unbundle` takes its objects (it refuses a bundle whose base the
 checkout lacks), then R's tree is checked out over the worktree and the index reset to HEAD, so
-the agent finds its changes uncommitted, as it left them.
+the agent finds its changes uncommitted, as it left them. It runs before the pod's first turn,
+on the tree the checkout has just made.
+
+Every git command here has the checkout's own hardening (corral_common.checkout: no system or
+global configuration, no hooks, no fsmonitor, no `ext::` transport): a configuration the agent
+left in its HOME, or one the bundle itself brings back, is not read while the snapshot is taken
+or the bundle's files are written (a clean or smudge filter it names never runs).
 """
 
 from __future__ import annotations
@@ -26,6 +32,8 @@ import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+from corral_common.checkout import CHECKOUT_GIT_ENV
 
 from .delivery import BUNDLE_MAX_BYTES, BUNDLE_TIMEOUT, GIT, StdoutSource, local_stdout
 from .ports import CommandOutcome, Workspace, workspace_text
@@ -41,6 +49,14 @@ WIP_REF = "refs/corral/wip"
 # The snapshot's own index, in the repository's git directory (never the agent's index).
 _INDEX = "corral-wip-index"
 _IDENT = ("-c", "user.name=corral", "-c", "user.email=wip@agents.corral.invalid")
+# The checkout's environment and protected command line (module docstring).
+_GIT = (
+    "env",
+    *(f"{k}={v}" for k, v in CHECKOUT_GIT_ENV),
+    *GIT,
+    "-c",
+    "protocol.ext.allow=never",
+)
 
 
 class WipError(Exception):
@@ -63,7 +79,7 @@ class StdinSink(Protocol):
 
 
 async def _git(workspace: Workspace, *args: str) -> tuple[int, str]:
-    outcome = await workspace.run([*GIT, *args], timeout=GIT_TIMEOUT, keep_bytes=_KEEP)
+    outcome = await workspace.run([*_GIT, *args], timeout=GIT_TIMEOUT, keep_bytes=_KEEP)
     return outcome.exit_code, outcome.output.strip()
 
 
@@ -80,12 +96,12 @@ async def snapshot(workspace: Workspace, base: str | None) -> Snapshot | None:
     try:
         for step in (("read-tree", "HEAD"), ("add", "-A")):
             outcome = await workspace.run(
-                [*own_index, *GIT, *step], timeout=GIT_TIMEOUT, keep_bytes=_KEEP
+                [*own_index, *_GIT, *step], timeout=GIT_TIMEOUT, keep_bytes=_KEEP
             )
             if outcome.exit_code != 0:
                 raise WipError(f"git {step[0]} failed: {outcome.output.strip()[-300:]}")
         tree = await workspace.run(
-            [*own_index, *GIT, "write-tree"], timeout=GIT_TIMEOUT, keep_bytes=_KEEP
+            [*own_index, *_GIT, "write-tree"], timeout=GIT_TIMEOUT, keep_bytes=_KEEP
         )
     finally:
         await workspace.run(["rm", "-f", index], timeout=GIT_TIMEOUT, keep_bytes=_KEEP)
@@ -117,7 +133,7 @@ async def bundle(workspace: Workspace, shot: Snapshot) -> AsyncIterator[bytes]:
     code, out = await _git(workspace, "update-ref", "--no-deref", WIP_REF, shot.revision)
     if code != 0:
         raise WipError(f"the snapshot could not be named: {out[-300:]}")
-    argv = [*GIT, "bundle", "create", "-", WIP_REF]
+    argv = [*_GIT, "bundle", "create", "-", WIP_REF]
     if shot.base is not None:
         argv.append(f"^{shot.base}")
     try:
@@ -145,7 +161,7 @@ async def apply(workspace: Workspace, data: bytes, revision: str, base: str | No
         code, head = await _git(workspace, "rev-parse", "--verify", "-q", "HEAD^{commit}")
         if code != 0 or head != base:
             raise WipError(f"the checkout is at {head[:12] or 'nothing'}, not its base {base[:12]}")
-    argv = [*GIT, "bundle", "unbundle", "/dev/stdin"]
+    argv = [*_GIT, "bundle", "unbundle", "/dev/stdin"]
     if isinstance(workspace, StdinSink):
         outcome = await workspace.run_with_stdin(
             argv, data, timeout=BUNDLE_TIMEOUT, max_bytes=BUNDLE_MAX_BYTES

@@ -6,6 +6,8 @@ branch, in real containers under the real kubelet."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -214,3 +216,150 @@ def test_a_budget_spent_across_two_pods_is_refused_at_its_cap(corral: Corral) ->
     # Two requests in the first pod, the lost one, one in the second: then the cap.
     assert len(corral.model_requests(name)) == 4
     time.sleep(max(0.0, DELAY + 1 - (time.monotonic() - deleted)))
+
+
+# A turn's command that holds until the test says GO, a mark in the workspace while it runs (a
+# model answer's delay would end on the model's clock, not the test's).
+HOLD = "touch RUNNING && until [ -e GO ]; do sleep 0.2; done && rm RUNNING GO && echo one > ONE.md"
+
+
+def _running(corral: Corral, pod: str) -> bool:
+    found = corral.exec(pod, "tools", "test", "-e", "/workspace/RUNNING")
+    return found.returncode == 0
+
+
+def _go(corral: Corral, pod: str) -> None:
+    done = corral.exec(pod, "tools", "touch", "/workspace/GO")
+    assert done.returncode == 0, done.stderr
+
+
+def _held(corral: Corral, name: str) -> bool:
+    """Turn 1 is in flight and its command holds in the pod's workspace."""
+    return bool(_in_flight(corral, name, 1)) and _running(corral, f"corral-{name}")
+
+
+def _operator_deployment() -> str:
+    return f"deployment/{_corral.RELEASE}-operator"
+
+
+def _leader(corral: Corral) -> str:
+    """The operator pod that holds the Lease (its holderIdentity is `<pod>_<suffix>`)."""
+    lease = corral.get("lease", f"{_corral.RELEASE}-operator", _corral.OPERATOR_NAMESPACE) or {}
+    return str((lease.get("spec") or {}).get("holderIdentity") or "").rpartition("_")[0]
+
+
+def test_suspended_after_its_turn_across_an_operator_restart_it_resumes_and_succeeds(
+    corral: Corral,
+) -> None:
+    """`spec.suspend: true` while turn 1 runs: the turn finishes and is delivered, the pod goes;
+    both operator replicas are replaced (`kubectl rollout restart`) while the Session is parked;
+    `suspend: false` brings a new pod back at the same point and the Session Succeeds."""
+    name = "suspended-restarted"
+    corral.load_script({"conversations": {name: [
+        {"tool_use": {"name": "bash", "input": {"command": HOLD, "timeout": 300}}},
+        {"text": "Wrote ONE.md."},  # turn 1 ends: delivered; the guard wants another turn
+        {"tool_use": {"name": "bash", "input": {"command": "cat ONE.md && echo two > TWO.md"}}},
+        {"text": "ALL DONE: ONE.md and TWO.md."},
+    ]}})  # fmt: skip
+    guard = {"criteria": {"substring": "ALL DONE"}, "turnBudget": 4}
+    corral.apply(_corral.agent_doc(), _corral.session_doc(name, corral.git_url, evaluation=guard))
+    pod = f"corral-{name}"
+    _corral.wait_for("turn 1 holding", lambda: _held(corral, name), 240,
+                     lambda: corral.diagnose(name))  # fmt: skip
+    corral.kubectl("patch", "session", name, "-n", corral.namespace, "--type=merge",
+                   "-p", '{"spec":{"suspend":true}}')  # fmt: skip
+    _go(corral, pod)
+
+    def parked() -> dict[str, Any] | None:
+        status = (corral.get("session", name) or {}).get("status") or {}
+        gone = corral.get("pod", pod) is None
+        return status if status.get("phase") == "Suspended" and gone else None
+
+    status = _corral.wait_for("parked, its pod gone", parked, 120, lambda: corral.diagnose(name))
+    assert (status["turns"], status["suspensions"], status["suspendedFrom"]) == (1, 1, "Running")
+    assert "ONE.md" in _branch_files(corral, f"corral/{name}")
+    assert len(corral.model_requests(name)) == 2
+
+    ns = _corral.OPERATOR_NAMESPACE
+    corral.kubectl("rollout", "restart", _operator_deployment(), "-n", ns)
+    corral.kubectl("rollout", "status", _operator_deployment(), "-n", ns, "--timeout=180s",
+                   timeout=200)  # fmt: skip
+    _corral.wait_for("a leader after the restart", lambda: _leader(corral), 60)
+    assert parked() is not None and len(corral.model_requests(name)) == 2  # it stayed parked
+
+    resumed = time.monotonic()
+    corral.kubectl("patch", "session", name, "-n", corral.namespace, "--type=merge",
+                   "-p", '{"spec":{"suspend":false}}')  # fmt: skip
+    status = corral.wait_phase(name, {"Succeeded", "Failed"}, timeout=240)
+    assert status["phase"] == "Succeeded", corral.diagnose(name)
+    assert (status["turns"], status["suspensions"], status.get("restarts", 0)) == (2, 1, 0)
+    requests = corral.model_requests(name)
+    assert len(requests) == 4, [_texts(r)[-200:] for r in requests]  # no turn ran twice
+    assert "Wrote ONE.md." in _texts(requests[2])  # the new pod's harness had the conversation
+    assert "one" in str(requests[3]["body"]["messages"][-1])  # and its workspace turn 1's file
+    assert {"ONE.md", "TWO.md"} <= _branch_files(corral, f"corral/{name}")
+    record_tier_time("node", "suspend -> resume across an operator restart",
+                     time.monotonic() - resumed)  # fmt: skip
+
+
+def _operator_pids(pod: str) -> list[int]:
+    """The host's processes of `pod`'s operator container (the node is this host): the
+    container's environment names its pod (HOSTNAME)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"HOSTNAME={pod}".encode() in environ and b"corral" in cmdline:
+            found.append(int(proc.name))
+    return found
+
+
+@pytest.mark.timeout(720)
+def test_the_leading_operator_killed_mid_turn_every_session_succeeds_admitted_once(
+    corral: Corral,
+) -> None:
+    """The chart's two operator replicas on the real node: every process of the leader's
+    container gets SIGKILL while 5 Sessions' turns hold in their pods (each command waits for
+    the test's GO, so the turns overlap however slowly the node starts the pods); the standby
+    takes the Lease and every Session Succeeds, each turn admitted once (the model's count)."""
+    names = [f"burst-{i}" for i in range(5)]
+    corral.load_script({"conversations": {name: [
+        {"tool_use": {"name": "bash", "input": {"command": HOLD, "timeout": 300}}},
+        {"text": "Finished under whichever operator leads."},
+    ] for name in names}})  # fmt: skip
+    corral.apply(
+        _corral.agent_doc(),
+        *(_corral.session_doc(n, corral.git_url, keepSandbox=False) for n in names),
+    )
+    for name in names:
+        _corral.wait_for(f"{name}'s turn holding", lambda n=name: _held(corral, n), 420,
+                         lambda n=name: corral.diagnose(n))  # fmt: skip
+    leader = _corral.wait_for("a leader", lambda: _leader(corral), 30)
+    pids = _operator_pids(leader)
+    assert pids, f"no process of {leader}'s operator found on this host"
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
+
+    def new_leader() -> str:
+        now = _leader(corral)
+        return now if now not in ("", leader) else ""
+
+    standby = _corral.wait_for("the standby to lead", new_leader, 90)
+    takeover = time.monotonic() - killed
+    assert all(_held(corral, n) for n in names)  # every turn was in flight across the takeover
+    for name in names:
+        _go(corral, f"corral-{name}")
+    for name in names:
+        status = corral.wait_phase(name, {"Succeeded", "Failed"}, timeout=180)
+        assert status["phase"] == "Succeeded", corral.diagnose(name)
+        assert status["turns"] == 1 and not status.get("restarts"), status
+        assert len(corral.model_requests(name)) == 2, name  # admitted once, answered once
+    record_tier_time("node", "takeover after SIGKILL (real node)", takeover)
+    assert standby != leader
+    print(f"takeover after SIGKILL with 5 turns in flight: {takeover:.1f}s")

@@ -152,3 +152,34 @@ async def test_a_work_in_progress_is_never_laid_over_a_later_checkout(
     with pytest.raises(wip.WipError, match="not its base"):
         await wip.apply(new, data, shot.revision, shot.base)
     assert (new.root / "delivered.txt").exists() and not (new.root / "early.txt").exists()
+
+
+async def test_a_configuration_the_agent_planted_is_not_read_while_the_bundle_is_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The agent's HOME holds a .gitconfig naming a required filter, and its work in progress a
+    .gitattributes that asks for it: neither the snapshot nor writing the bundle's files in the
+    new pod runs (or fails on) the filter: the checkout's hardening reads no global
+    configuration."""
+    home, marker = tmp_path / "home", tmp_path / "smudged"
+    home.mkdir()
+    (home / ".gitconfig").write_text(
+        f'[filter "mark"]\n\tsmudge = "touch {marker}; cat"\n\trequired = true\n'
+    )
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("GIT_CONFIG_GLOBAL", raising=False)
+    old, new = tmp_path / "old", tmp_path / "new"
+    base = _repo(old)
+    git(tmp_path, "clone", "-q", str(old), str(new))
+    (old / ".gitattributes").write_text("*.txt filter=mark\n")
+    (old / "notes.txt").write_text("planted\n")
+    before, after = LocalWorkspace(old), LocalWorkspace(new)
+    shot = await wip.snapshot(before, base)
+    assert shot is not None
+    # Without the hardening the filter would run: git reads that HOME's configuration.
+    probe = subprocess.run(["git", "config", "--get", "filter.mark.smudge"], cwd=new,
+                           capture_output=True, text=True)  # fmt: skip
+    assert str(marker) in probe.stdout
+    await wip.apply(after, await _bytes(before, shot), shot.revision, shot.base)
+    assert (new / "notes.txt").read_text() == "planted\n"
+    assert not marker.exists()
