@@ -4,16 +4,22 @@ minor more than one behind its own. A harness from before the header is version 
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import httpx
 import pytest
+import uvicorn
 from fastapi.testclient import TestClient
 
 from corral_api.wire import WIRE_VERSION, WIRE_VERSION_HEADER, wire_version_problem
+from corral_harness import server as harness_server
 from corral_harness.config import HarnessConfig
 from corral_harness.server import create_app
+from corral_operator.driver import ConversationLost
 from corral_operator.wireclient import WireClient, WireVersionUnsupported
 
 
@@ -62,3 +68,46 @@ async def test_the_operator_refuses_to_read_a_harness_of_another_major_version()
     for readable in (WIRE_VERSION, None):  # the current version, and a harness before it
         async with _wire(readable) as wire:
             assert (await wire.history("c")).offset == 0
+
+
+@asynccontextmanager
+async def _harness_speaking(
+    version: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[WireClient]:
+    """The real harness under uvicorn on a loopback port, naming `version` on its answers (as
+    an image of that version would), and the operator's client to it with the pod's token."""
+    monkeypatch.setattr(harness_server, "WIRE_VERSION", version)
+    token = tmp_path / f"token-{version}"
+    token.write_text("secret-token\n")
+    config = HarnessConfig(
+        state_dir=tmp_path / f"state-{version}", granted_root=tmp_path, token_file=token
+    )
+    server = uvicorn.Server(uvicorn.Config(create_app(config), host="127.0.0.1", port=0,
+                                           log_level="warning", lifespan="on"))  # fmt: skip
+    serving = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            assert not serving.done(), "the harness did not start"
+            await asyncio.sleep(0.02)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        async with WireClient(
+            f"http://127.0.0.1:{port}", "fixer", token="secret-token", poll_wait=0.01
+        ) as wire:
+            yield wire
+    finally:
+        server.should_exit = True
+        await serving
+
+
+async def test_a_real_harness_of_another_major_version_is_never_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Over real HTTP: the harness answers (here: no such conversation), and the operator reads
+    nothing of the answer, naming the version instead; the same harness naming this
+    operator's version is read (its answer becomes the driver's ConversationLost)."""
+    async with _harness_speaking("2.0", tmp_path, monkeypatch) as wire:
+        with pytest.raises(WireVersionUnsupported, match=r"speaks wire version 2\.0"):
+            await wire.history("c")
+    async with _harness_speaking(WIRE_VERSION, tmp_path, monkeypatch) as wire:
+        with pytest.raises(ConversationLost, match="no conversation fixer/c"):
+            await wire.history("c")
