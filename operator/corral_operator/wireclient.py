@@ -81,6 +81,8 @@ class WorkInProgress:
     bundle: bytes
     revision: str
     base: str | None
+
+
 # A refusal is shown as at most 500 characters of its reason: no more of it is ever read.
 REFUSAL_READ_BYTES = 64 * 1024
 _IDENTITY = ("", "identity")

@@ -282,9 +282,7 @@ class S3Archive:
         body = json.dumps(meta).encode()
         self._put(self._key(namespace, name, uid, described), body, "application/json")
 
-    def read_wip(
-        self, namespace: str, name: str, uid: str
-    ) -> tuple[bytes, dict[str, Any]] | None:
+    def read_wip(self, namespace: str, name: str, uid: str) -> tuple[bytes, dict[str, Any]] | None:
         checked_names(namespace, name, uid)
         bundle, described = wip_names(name)
         run = f"{namespace}/{name}/{uid}"

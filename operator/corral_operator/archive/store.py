@@ -246,9 +246,7 @@ class FileArchive:
                 os.fsync(out.fileno())
             os.replace(staging, target)
 
-    def read_wip(
-        self, namespace: str, name: str, uid: str
-    ) -> tuple[bytes, dict[str, Any]] | None:
+    def read_wip(self, namespace: str, name: str, uid: str) -> tuple[bytes, dict[str, Any]] | None:
         checked_names(namespace, name, uid)
         where = self._wip_dir(namespace, name, uid)
         bundle, described = wip_names(name)

@@ -134,6 +134,16 @@ class SessionDriver:
             return self._outcome(last_text)
         if state.ledger is not None:
             ledger = state.ledger
+            # A turn admitted before this driver (an earlier operator's): what it held for the
+            # turn (the disruption budget's timer) went with that operator.
+            await self._emit(
+                {
+                    "source": "driver",
+                    "type": "reattached",
+                    "turn": ledger.turn,
+                    "submissionId": ledger.submission_id,
+                }
+            )
         else:
             if self._abort_requested:
                 return await self._finish(Decision("finish", "Stopped", "stopped before a turn"))

@@ -143,13 +143,17 @@ class TurnBudget:
         )
 
     async def follow(self, event: dict[str, Any]) -> None:
-        """The driver's `admitted` holds the budget, its `settled` lifts it (whenIdle)."""
+        """The driver's `admitted` holds the budget, its `settled` lifts it (whenIdle). Its
+        `reattached` (an operator that took over a turn in flight, after a restart or as the
+        new leader) holds it too: the budget the earlier operator made is kept, or made again if
+        it is missing, and the max-wait timer that operator ran, gone with it, starts again
+        (so the wait is at most maxWaitSeconds from the takeover)."""
         if self._disruption.policy == "allow":
             return  # never held: nothing to create or delete
         kind, turn = event.get("type"), int(event.get("turn") or 0)
         async with self._order:
             try:
-                if kind == "admitted":
+                if kind in ("admitted", "reattached"):
                     await self._hold(turn)
                 elif kind == "settled" and lifted_at_settlement(self._disruption):
                     await self._ctx.kube.delete(self._path)
@@ -169,10 +173,9 @@ class TurnBudget:
             return
         if not await self._ctx.kube.create(wanted):
             found = await self._ctx.kube.get(self._path)
-            if found is not None and not is_stale(found, wanted):
-                return
-            await self._ctx.kube.delete(self._path)
-            await self._ctx.kube.create(wanted)
+            if found is None or is_stale(found, wanted):
+                await self._ctx.kube.delete(self._path)
+                await self._ctx.kube.create(wanted)
         seconds = max_wait(self._disruption)
         if seconds is not None:
             self._ctx.background(self._lift_after(turn, seconds))

@@ -271,6 +271,9 @@ def _event_sink(
         if event.get("type") == "settled":
             # In the driver's task: the line carries the run id (docs/observability.md).
             log.info("turn %s settled %s", event.get("turn"), event.get("status"))
+        if event.get("type") == "reattached":
+            ctx.background(budget.follow(event))
+            return
         if event.get("type") not in ("admitted", "settled"):
             return
         ctx.background(budget.follow(event))
@@ -383,9 +386,7 @@ async def _interrupt_if_frozen(
         await interrupt(body, driver, frozen_by)
 
 
-async def _suspend_if_asked(
-    ctx: LoopContext, driver: SessionDriver, body: dict[str, Any]
-) -> None:
+async def _suspend_if_asked(ctx: LoopContext, driver: SessionDriver, body: dict[str, Any]) -> None:
     """The Session's spec as the watch has it now: a suspend asked for mid-turn."""
     try:
         now = await ctx.view.read()

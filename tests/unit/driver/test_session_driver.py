@@ -264,3 +264,25 @@ async def test_a_turn_lost_before_its_admission_was_archived_is_admitted_again()
     (again,) = wire.admissions
     assert again["turn"] == 2 and again["idempotencyKey"] == "turn-2-resume-1"
     assert "the starting ref (nothing had been delivered)" in again["message"]
+
+
+async def test_a_turn_admitted_by_an_earlier_operator_is_reattached_and_said_so() -> None:
+    """The ledger names a submission an earlier operator admitted: nothing is admitted, the
+    driver says it re-attached (so what that operator held for the turn is held again) and
+    follows the turn to its settlement."""
+    wire = StandInHarness(turns=[], settle=[])
+    wire._emit("s1", "submission_started")
+    wire._emit("s1", "settled", status="completed", text="done")
+    state = DriverState.model_validate({
+        "phase": "Running", "turns": 1, "startedAt": "2026-01-01T00:00:00Z",
+        "ledger": {"streamUrl": "/agents/fixer/c1/updates", "offset": 0,
+                   "submissionId": "s1", "turn": 1},
+    })  # fmt: skip
+    seen: list[dict[str, Any]] = []
+    async with wire.client() as client:
+        outcome = await SessionDriver(
+            client, MemoryStore(state), AGENT, session(), "c1", seen.append
+        ).run()
+    assert outcome.phase == "Succeeded" and not wire.admissions
+    ours = [(e["type"], e.get("turn")) for e in seen if e.get("source") == "driver"]
+    assert ours[0] == ("reattached", 1) and ("admitted", 1) not in ours

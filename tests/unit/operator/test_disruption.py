@@ -281,3 +281,23 @@ async def test_a_failed_call_is_a_warning_and_the_turn_goes_on(
     assert any("not held for turn 1" in m and "away" in m for m in messages), messages
     assert any("not lifted for turn 1" in m for m in messages), messages
     assert server.tasks == []  # nothing held: no timer
+
+
+async def test_a_turn_taken_over_keeps_its_budget_and_its_wait_starts_again(
+    server: StandIn,
+) -> None:
+    """The operator that admitted turn 1 is gone (its timer with it): the one that re-attaches
+    keeps the budget it left, without replacing it, and lifts it after its own max-wait."""
+    await _follower(server, max_wait_seconds=60).follow({"type": "admitted", "turn": 1})
+    left = server.stored
+    server.calls.clear()
+    taken_over = _follower(server, max_wait_seconds=0)
+    await taken_over.follow({"type": "reattached", "turn": 1})
+    assert server.stored is left and server.calls == ["create", "get"]  # kept as it was
+    await server.tasks[-1]
+    assert server.stored is None  # the new operator's wait lifted it
+
+
+async def test_a_turn_taken_over_without_its_budget_is_given_one(server: StandIn) -> None:
+    await _follower(server).follow({"type": "reattached", "turn": 4})
+    assert server.turn() == "4"
