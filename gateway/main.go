@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -43,6 +44,7 @@ type options struct {
 	bindingKey                  []byte
 	platformRules, deny, allow  repeated
 	connectTimeout, idleTimeout time.Duration
+	drainTimeout, drainQuiet    time.Duration
 }
 
 func parseFlags(args []string) (*options, error) {
@@ -62,6 +64,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.Var(&o.allow, "allow-range", "a range treated as public although refused (repeatable)")
 	fs.DurationVar(&o.connectTimeout, "connect-timeout", 10*time.Second, "upstream connect timeout")
 	fs.DurationVar(&o.idleTimeout, "idle-timeout", 5*time.Minute, "close a connection idle this long")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", 90*time.Second, "on SIGTERM, how long open tunnels may go on before they are closed")
+	fs.DurationVar(&o.drainQuiet, "drain-quiet", 30*time.Second, "on SIGTERM, close a tunnel that has carried nothing this long")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -151,13 +155,16 @@ func run(args []string, log *slog.Logger) error {
 		Ranges:         policy.NewRanges(deny, allow),
 		Resolver:       &resolve.Resolver{HostsFile: o.hostsFile},
 		ConnectTimeout: o.connectTimeout, IdleTimeout: o.idleTimeout, ListenPort: listenPort,
+		DrainQuiet:  o.drainQuiet,
 		DecisionLog: os.Stdout, Log: log,
 	})
 	if err != nil {
 		return err
 	}
+	// Once draining, /readyz says so: no Service sends it a new connection.
+	var draining atomic.Bool
 	adminSrv := &admin.Server{
-		Bindings: store, Records: recs, Ready: ready,
+		Bindings: store, Records: recs, Ready: func() bool { return !draining.Load() && ready() },
 		Gauges: func() records.Gauges {
 			return records.Gauges{Bindings: store.Count(), Connections: gw.OpenConnections(), WatchRestart: bindings.Restarts.Load()}
 		},
@@ -194,10 +201,19 @@ func run(args []string, log *slog.Logger) error {
 	case err := <-errs:
 		return err
 	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	// A rollout or a drain: take no new connection, let the ones open finish (Drain).
+	draining.Store(true)
+	drain, cancel := context.WithTimeout(context.Background(), o.drainTimeout)
 	defer cancel()
+	closed := make(chan struct{})
+	go func() { _ = proxyServer.Shutdown(drain); close(closed) }()
+	start := time.Now()
+	cut := gw.Drain(drain, o.drainQuiet)
+	<-closed
+	log.Info("corral-gateway drained", "seconds", time.Since(start).Seconds(), "tunnelsCutAtTheEnd", cut)
+	shutdown, cancelAdmin := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancelAdmin()
 	_ = adminServer.Shutdown(shutdown)
-	_ = proxyServer.Shutdown(shutdown)
 	return nil
 }
 

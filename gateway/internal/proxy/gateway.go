@@ -49,9 +49,12 @@ type Config struct {
 	Resolver       policy.Resolver
 	ConnectTimeout time.Duration
 	IdleTimeout    time.Duration
-	ListenPort     uint16
-	DecisionLog    io.Writer // one JSON line per decision
-	Log            *slog.Logger
+	// DrainQuiet is how long a tunnel may carry nothing before Drain closes it; a splice
+	// reports what it moved at least every quarter of it (at most every 5 s).
+	DrainQuiet  time.Duration
+	ListenPort  uint16
+	DecisionLog io.Writer // one JSON line per decision
+	Log         *slog.Logger
 }
 
 // Gateway is the proxy port's handler.
@@ -62,7 +65,9 @@ type Gateway struct {
 	// through a refused range (a private rule, or a user who wrote the address).
 	strict, exempt *goproxy.ProxyHttpServer
 	open           atomic.Int64
-	logMu          sync.Mutex
+	// tunnels holds every CONNECT tunnel open now (*tunnelConn), for Drain.
+	tunnels sync.Map
+	logMu   sync.Mutex
 }
 
 // New builds the two engines.
@@ -376,7 +381,10 @@ func (g *Gateway) dial(ctx context.Context, network, address string, timeout tim
 		f.mu.Lock()
 		e := f.entry
 		f.mu.Unlock()
-		return &tunnelConn{Conn: conn, g: g, e: e}, nil
+		t := &tunnelConn{Conn: conn, g: g, e: e}
+		t.touch()
+		g.tunnels.Store(t, struct{}{})
+		return t, nil
 	}
 	// A plain request's connection is pooled and may serve later requests: its bytes are
 	// counted per request (countedBody, plainWriter), not here.
@@ -530,17 +538,24 @@ func (b *countedBody) Read(p []byte) (int, error) {
 // are wrapped (byte counts, idle tracking). An error on either way ends the tunnel.
 func (g *Gateway) copyTunnel(_ *goproxy.ProxyCtx, client, target net.Conn) {
 	var entry *records.Entry
-	if t := tunnelOf(target); t != nil {
-		entry = t.e
+	tunnel := tunnelOf(target)
+	if tunnel != nil {
+		entry = tunnel.e
 	}
 	up := func(n int) {
 		if entry != nil {
 			entry.AddUp(n)
 		}
+		if tunnel != nil {
+			tunnel.touch()
+		}
 	}
 	down := func(n int) {
 		if entry != nil {
 			entry.AddDown(n)
+		}
+		if tunnel != nil {
+			tunnel.touch()
 		}
 	}
 	var wg sync.WaitGroup
@@ -565,9 +580,10 @@ func (g *Gateway) copyTunnel(_ *goproxy.ProxyCtx, client, target net.Conn) {
 
 // carry copies src to dst until src's EOF (nil) or an error. Between two bare TCP
 // connections it splices (no copy through user space: on a 2-core node the gateway's share
-// of a bulk download's CPU halves), a chunk at a time with the idle timeout as the
-// deadline, so a tunnel that moves bytes lives on and one silent for the idle timeout ends;
-// otherwise it copies through a pooled buffer. `count` hears what the splice moves.
+// of a bulk download's CPU halves), a chunk at a time, waking at least every activityStep
+// to report what moved (Drain reads a tunnel's activity from it), so a tunnel that moves
+// bytes lives on and one whose source is silent for the idle timeout ends; otherwise it
+// copies through a pooled buffer. `count` hears what the splice moves.
 func (g *Gateway) carry(dst, src net.Conn, count func(int)) error {
 	rawDst, rawSrc := bareTCP(dst), bareTCP(src)
 	if rawDst == nil || rawSrc == nil {
@@ -581,20 +597,32 @@ func (g *Gateway) carry(dst, src net.Conn, count func(int)) error {
 	if idle <= 0 {
 		idle = 5 * time.Minute
 	}
+	step := min(idle, activityStep)
+	if q := g.cfg.DrainQuiet / 4; q > 0 && q < step {
+		step = max(q, 10*time.Millisecond)
+	}
+	var silent time.Duration
 	for {
-		limit := time.Now().Add(idle)
-		_ = rawSrc.SetReadDeadline(limit)
-		_ = rawDst.SetWriteDeadline(limit)
+		now := time.Now()
+		_ = rawSrc.SetReadDeadline(now.Add(step))
+		_ = rawDst.SetWriteDeadline(now.Add(idle)) // a slow reader is not cut before that
 		n, err := io.CopyN(rawDst, rawSrc, spliceChunk)
 		if n > 0 {
 			count(int(n))
+			silent = 0
 		}
 		switch {
 		case err == nil:
 		case errors.Is(err, io.EOF):
 			return nil
 		case errors.Is(err, os.ErrDeadlineExceeded) && n > 0:
-			// Bytes moved within the idle timeout: not idle, only slow.
+			// Bytes moved within the step: not idle, only slow.
+		case errors.Is(err, os.ErrDeadlineExceeded) && time.Since(now) >= step:
+			// The source said nothing for a step: idle once that adds up to the timeout.
+			if silent += step; silent < idle {
+				continue
+			}
+			return err
 		default:
 			return err
 		}
@@ -602,6 +630,10 @@ func (g *Gateway) carry(dst, src net.Conn, count func(int)) error {
 }
 
 const spliceChunk = 1 << 20
+
+// activityStep bounds how long a splice waits before it reports the bytes it moved (a var:
+// the tests shorten it).
+var activityStep = 5 * time.Second
 
 // bareTCP is the TCP connection under the gateway's and the engine's wrappers, or nil.
 func bareTCP(c net.Conn) *net.TCPConn {
@@ -653,18 +685,63 @@ func closeWrite(c net.Conn) error {
 	return c.Close()
 }
 
+// Drain lets the open tunnels finish once the listener takes no new ones (a rollout's
+// SIGTERM), so a model's answer streaming through the gateway is not cut (the harness would
+// send the request again, and the provider bill it twice). A tunnel that has carried nothing
+// for `quiet` (a keep-alive connection whose request is answered) is closed at once, a busy
+// one when it ends; whatever is still open when ctx ends is closed. It answers how many
+// tunnels were closed that way, busy or not.
+func (g *Gateway) Drain(ctx context.Context, quiet time.Duration) int {
+	every := quiet / 4
+	if every < 20*time.Millisecond {
+		every = 20 * time.Millisecond
+	}
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		open := 0
+		now := time.Now().UnixNano()
+		g.tunnels.Range(func(k, _ any) bool {
+			if t := k.(*tunnelConn); now-t.last.Load() >= int64(quiet) {
+				t.Close()
+			} else {
+				open++
+			}
+			return true
+		})
+		if open == 0 {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			cut := 0
+			g.tunnels.Range(func(k, _ any) bool {
+				k.(*tunnelConn).Close()
+				cut++
+				return true
+			})
+			return cut
+		case <-tick.C:
+		}
+	}
+}
+
 // tunnelConn is a CONNECT tunnel's upstream side: writes go up, reads come down.
 type tunnelConn struct {
 	net.Conn
 	g      *Gateway
 	e      *records.Entry
 	closed atomic.Bool
+	last   atomic.Int64 // when it last carried a byte either way (Unix ns), for Drain
 }
+
+func (c *tunnelConn) touch() { c.last.Store(time.Now().UnixNano()) }
 
 func (c *tunnelConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
 	if n > 0 {
 		c.e.AddDown(n)
+		c.touch()
 	}
 	return n, err
 }
@@ -673,6 +750,7 @@ func (c *tunnelConn) Write(b []byte) (int, error) {
 	n, err := c.Conn.Write(b)
 	if n > 0 {
 		c.e.AddUp(n)
+		c.touch()
 	}
 	return n, err
 }
@@ -680,6 +758,7 @@ func (c *tunnelConn) Write(b []byte) (int, error) {
 func (c *tunnelConn) Close() error {
 	if !c.closed.Swap(true) {
 		c.g.open.Add(-1)
+		c.g.tunnels.Delete(c)
 	}
 	return c.Conn.Close()
 }

@@ -53,6 +53,7 @@ func (d *scriptedDNS) Resolve(_ context.Context, name string) ([]netip.Addr, err
 
 type rig struct {
 	addr    string
+	gw      *Gateway
 	store   *bindings.Store
 	records *records.Store
 	dns     *scriptedDNS
@@ -107,6 +108,7 @@ func startRig(t *testing.T, answers map[string][]string) *rig {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	r.addr = ln.Addr().String()
+	r.gw = gw
 	return r
 }
 
@@ -307,5 +309,95 @@ func TestTheEngineRangeCheckIsASecondOpinion(t *testing.T) {
 	rep, _ := r.records.Session(records.SessionKey{Namespace: "ns", Session: "s-a"})
 	if len(rep.Hosts) != 1 || rep.Hosts[0].Decision != "denied" {
 		t.Fatalf("%+v", rep)
+	}
+}
+
+// trickleServer writes one line every `every`, `lines` times, to each connection, then closes
+// it: a model's answer streaming.
+func trickleServer(t *testing.T, ip string, every time.Duration, lines int) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				for i := 0; i < lines; i++ {
+					time.Sleep(every)
+					if _, err := fmt.Fprintf(c, "line %d\n", i); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+func openTunnel(t *testing.T, r *rig, up string) *bufio.Reader {
+	t.Helper()
+	c := dialFrom(t, agentIP, r.addr)
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	status, _, br := send(t, c, fmt.Sprintf("CONNECT up.test:%s HTTP/1.1\r\nHost: up.test:%s\r\n\r\n", port(up), port(up)))
+	if !strings.Contains(status, " 200 ") {
+		t.Fatal(status)
+	}
+	return br
+}
+
+func TestDrainLetsABusyTunnelFinishAndClosesAQuietOne(t *testing.T) {
+	defer func(was time.Duration) { activityStep = was }(activityStep)
+	activityStep = 50 * time.Millisecond
+	busy := trickleServer(t, upstream, 100*time.Millisecond, 15) // 1.5 s of answer
+	quiet := trickleServer(t, upstream, time.Hour, 1)            // says nothing
+	r := startRig(t, map[string][]string{"up.test": {upstream}})
+	rules := fmt.Sprintf(`[{"host":"up.test","ports":[%s,%s]}]`, port(busy), port(quiet))
+	bind(t, r.store, "a", time.Unix(1, 0), rules, `[]`)
+	streaming, idle := openTunnel(t, r, busy), openTunnel(t, r, quiet)
+
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	drained := make(chan int, 1)
+	go func() { drained <- r.gw.Drain(ctx, 400*time.Millisecond) }()
+	if _, err := idle.ReadString('\n'); err == nil {
+		t.Fatal("the quiet tunnel carried a line")
+	} else if took := time.Since(start); took > time.Second {
+		t.Fatalf("the quiet tunnel was closed after %s, want about 0.4 s", took)
+	}
+	answer, err := io.ReadAll(streaming)
+	if err != nil {
+		t.Fatalf("the busy tunnel was cut: %v after %q", err, answer)
+	}
+	if got := strings.Count(string(answer), "\n"); got != 15 {
+		t.Fatalf("the busy tunnel carried %d of 15 lines: %q", got, answer)
+	}
+	if cut := <-drained; cut != 0 {
+		t.Fatalf("%d tunnels were cut at the end, want none", cut)
+	}
+	if n := r.gw.OpenConnections(); n != 0 {
+		t.Fatalf("%d connections still open", n)
+	}
+}
+
+func TestDrainClosesWhatIsStillBusyWhenItsTimeIsUp(t *testing.T) {
+	busy := trickleServer(t, upstream, 50*time.Millisecond, 1000)
+	r := startRig(t, map[string][]string{"up.test": {upstream}})
+	bind(t, r.store, "a", time.Unix(1, 0), fmt.Sprintf(`[{"host":"up.test","ports":[%s]}]`, port(busy)), `[]`)
+	streaming := openTunnel(t, r, busy)
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if cut := r.gw.Drain(ctx, time.Minute); cut != 1 {
+		t.Fatalf("%d tunnels cut at the end, want 1", cut)
+	}
+	if _, err := io.ReadAll(streaming); err != nil && !strings.Contains(err.Error(), "reset") {
+		t.Fatalf("reading the cut tunnel: %v", err)
 	}
 }
