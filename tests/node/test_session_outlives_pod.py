@@ -223,19 +223,23 @@ def test_a_budget_spent_across_two_pods_is_refused_at_its_cap(corral: Corral) ->
 HOLD = "touch RUNNING && until [ -e GO ]; do sleep 0.2; done && rm RUNNING GO && echo one > ONE.md"
 
 
-def _running(corral: Corral, pod: str) -> bool:
-    found = corral.exec(pod, "tools", "test", "-e", "/workspace/RUNNING")
-    return found.returncode == 0
+def _running(corral: Corral, pod: str) -> str:
+    """Where the held command left its mark while it runs ("": it does not run)."""
+    found = corral.exec(pod, "tools", "find", "/workspace", "-maxdepth", "2", "-name", "RUNNING")
+    return found.stdout.strip() if found.returncode == 0 else ""
 
 
 def _go(corral: Corral, pod: str) -> None:
-    done = corral.exec(pod, "tools", "touch", "/workspace/GO")
+    """Let the held command finish (it waits for GO beside its mark)."""
+    mark = _running(corral, pod)
+    assert mark, f"{pod}: no command holds"
+    done = corral.exec(pod, "tools", "touch", mark.removesuffix("RUNNING") + "GO")
     assert done.returncode == 0, done.stderr
 
 
 def _held(corral: Corral, name: str) -> bool:
     """Turn 1 is in flight and its command holds in the pod's workspace."""
-    return bool(_in_flight(corral, name, 1)) and _running(corral, f"corral-{name}")
+    return bool(_in_flight(corral, name, 1)) and bool(_running(corral, f"corral-{name}"))
 
 
 def _operator_deployment() -> str:
