@@ -77,8 +77,11 @@ def test_the_deployment_runs_two_replicas_of_the_operator_image_locked_down() ->
         "--deny-cidr=203.0.113.0/24",
         "--connect-timeout=10s",
         "--idle-timeout=5m",
+        "--drain-timeout=90s",
         "--binding-key-file=/etc/corral/egress-binding/key",
     ]
+    # A stopping replica lets its tunnels finish for drainSeconds; the kubelet waits 10 s more.
+    assert pod["terminationGracePeriodSeconds"] == 100
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert ports == {"proxy": 3128, "admin": 9091}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "admin"}
@@ -311,3 +314,17 @@ def test_fixed_names_and_public_ranges_reach_the_gateway() -> None:
     assert not any("hosts-file" in a for a in plain["containers"][0]["args"])
     bad = helm_template(WATCH, 'egressGateway.hosts={"a.example": ["not an address"]}')
     assert bad.returncode != 0 and "egressGateway/hosts" in bad.stderr, bad.stderr
+
+
+@pytest.mark.parametrize(("value", "timeout", "grace"), [
+    ("egressGateway.drainSeconds=0", "0s", 10),
+    # A release installed before drainSeconds and upgraded with --reuse-values has no such key.
+    ("egressGateway.drainSeconds=null", "90s", 100),
+])  # fmt: skip
+def test_the_drain_follows_drain_seconds_and_its_default_when_the_values_lack_it(
+    value: str, timeout: str, grace: int
+) -> None:
+    docs = rendered(WATCH, value)
+    assert f"--drain-timeout={timeout}" in gateway_container(docs)["args"]
+    pod = named(docs, "Deployment", GATEWAY)["spec"]["template"]["spec"]
+    assert pod["terminationGracePeriodSeconds"] == grace
