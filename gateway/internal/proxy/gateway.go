@@ -617,9 +617,10 @@ func (g *Gateway) carry(dst, src net.Conn, count func(int)) error {
 			return nil
 		case errors.Is(err, os.ErrDeadlineExceeded) && n > 0:
 			// Bytes moved within the step: not idle, only slow.
-		case errors.Is(err, os.ErrDeadlineExceeded) && time.Since(now) >= step:
-			// The source said nothing for a step: idle once that adds up to the timeout.
-			if silent += step; silent < idle {
+		case errors.Is(err, os.ErrDeadlineExceeded):
+			// Nothing moved (a silent source for a step, or a destination that took nothing
+			// for the idle timeout): it ends once that time adds up to the idle timeout.
+			if silent += time.Since(now); silent < idle {
 				continue
 			}
 			return err

@@ -401,3 +401,53 @@ func TestDrainClosesWhatIsStillBusyWhenItsTimeIsUp(t *testing.T) {
 		t.Fatalf("reading the cut tunnel: %v", err)
 	}
 }
+
+// A client that sends but never reads ends its tunnel after the idle timeout, however short
+// the splice's activity step: the time the blocked write towards it waited counts whole.
+func TestATunnelWhoseClientTakesNothingEndsAfterTheIdleTimeout(t *testing.T) {
+	defer func(was time.Duration) { activityStep = was }(activityStep)
+	activityStep = 10 * time.Millisecond
+	ln, err := net.Listen("tcp", upstream+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() { // reads all it is sent and answers without end
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		go io.Copy(io.Discard, c)
+		chunk := make([]byte, 64<<10)
+		for {
+			if _, err := c.Write(chunk); err != nil {
+				return
+			}
+		}
+	}()
+	up := ln.Addr().String()
+	r := startRig(t, map[string][]string{"up.test": {upstream}})
+	r.gw.cfg.IdleTimeout = 200 * time.Millisecond
+	bind(t, r.store, "a", time.Unix(1, 0), fmt.Sprintf(`[{"host":"up.test","ports":[%s]}]`, port(up)), `[]`)
+	c := dialFrom(t, agentIP, r.addr)
+	if status, _, _ := send(t, c, fmt.Sprintf("CONNECT up.test:%s HTTP/1.1\r\n\r\n", port(up))); !strings.Contains(status, " 200 ") {
+		t.Fatal(status)
+	}
+	c.SetDeadline(time.Time{})
+	go func() { // sends without end, reads nothing
+		for {
+			if _, err := c.Write([]byte("more\n")); err != nil {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	start := time.Now()
+	for r.gw.OpenConnections() != 0 {
+		if time.Since(start) > 2*time.Second {
+			t.Fatalf("the tunnel still open after %s with an idle timeout of 200ms", time.Since(start))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
